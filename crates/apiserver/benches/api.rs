@@ -1,0 +1,282 @@
+//! API server benchmarks for the targets (run with
+//! `cargo bench -p kubeforge-apiserver --bench api`):
+//!
+//! - start-up: in-process server to the first successful kube-rs call;
+//! - pod creates/s through HTTP with kube-rs and 32 concurrent requests,
+//!   memory and durable store;
+//! - LIST of 100,000 pods;
+//! - one event reaching 1,000 concurrent watchers (p99 latency).
+//!
+//! Pass scenario names (`startup creates list watch`) to run a subset.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
+use kubeforge_apiserver::ApiServer;
+use kubeforge_store::{DurableOptions, Store};
+use serde_json::json;
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "bench", "tier": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "nginx:1.27", "ports": [{"containerPort": 80}],
+                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}
+    }))
+    .expect("pod")
+}
+
+async fn listener_client(server: &ApiServer) -> Client {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(server.clone().serve(listener, std::future::pending()));
+    let config = kube::Config::new(format!("http://{addr}").parse().expect("url"));
+    Client::try_from(config).expect("client")
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+async fn startup() {
+    let runs = 200;
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        let server = ApiServer::in_memory().await;
+        let ns: Api<Namespace> = Api::all(server.client());
+        ns.get("default").await.expect("first call");
+        times.push(t.elapsed());
+    }
+    times.sort();
+    println!(
+        "startup  in-process server to first kube-rs call: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({runs} runs)",
+        pct(&times, 0.5).as_secs_f64() * 1e3,
+        pct(&times, 0.99).as_secs_f64() * 1e3,
+        times.last().copied().unwrap_or_default().as_secs_f64() * 1e3
+    );
+}
+
+async fn creates(label: &str, store: Store, total: usize) {
+    let server = ApiServer::new(store).await.expect("server");
+    let client = listener_client(&server).await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let concurrency = 32;
+    let per = total / concurrency;
+    // Warm up connections.
+    pods.list(&ListParams::default().limit(1))
+        .await
+        .expect("warm");
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..concurrency {
+        let pods = pods.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(per);
+            for i in 0..per {
+                let s = Instant::now();
+                pods.create(&PostParams::default(), &pod(&format!("{label}-{w}-{i}")))
+                    .await
+                    .expect("create");
+                lat.push(s.elapsed());
+            }
+            lat
+        }));
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.expect("task"));
+    }
+    let secs = t.elapsed().as_secs_f64();
+    lat.sort();
+    println!(
+        "creates  {label:<8} {} pods, 32 concurrent, kube-rs over HTTP: {:.0} creates/s (p50 {:.2} ms, p99 {:.2} ms)",
+        per * concurrency,
+        (per * concurrency) as f64 / secs,
+        pct(&lat, 0.5).as_secs_f64() * 1e3,
+        pct(&lat, 0.99).as_secs_f64() * 1e3
+    );
+}
+
+async fn list(n: usize) {
+    let server = ApiServer::in_memory().await;
+    let client = server.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let pods = pods.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (w..n).step_by(8) {
+                pods.create(&PostParams::default(), &pod(&format!("p-{i}")))
+                    .await
+                    .expect("create");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("fill");
+    }
+    // Server time: the full response body of LIST over HTTP, not client decoding.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(server.clone().serve(listener, std::future::pending()));
+    let mut times = Vec::new();
+    let mut bytes = 0;
+    for _ in 0..5 {
+        let t = Instant::now();
+        bytes = raw_get(addr, "/api/v1/namespaces/default/pods").await;
+        times.push(t.elapsed());
+    }
+    times.sort();
+    println!(
+        "list     {n} pods over HTTP ({:.1} MB body): median {:.0} ms, best {:.0} ms",
+        bytes as f64 / 1e6,
+        pct(&times, 0.5).as_secs_f64() * 1e3,
+        times[0].as_secs_f64() * 1e3
+    );
+    // kube-rs including client-side decoding, for reference.
+    let t = Instant::now();
+    let all = pods.list(&ListParams::default()).await.expect("list");
+    println!(
+        "list     {n} pods with kube-rs in-process incl. client decoding: {:.0} ms ({} items)",
+        t.elapsed().as_secs_f64() * 1e3,
+        all.items.len()
+    );
+}
+
+/// GET a path over HTTP/1.1 and read the whole body; returns its length.
+async fn raw_get(addr: std::net::SocketAddr, path: &str) -> usize {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.expect("read");
+    buf.len()
+}
+
+async fn watch_fanout(watchers: usize) {
+    let server = ApiServer::in_memory().await;
+    let client = listener_client(&server).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let rounds = 20;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Instant)>();
+    let ready = Arc::new(tokio::sync::Semaphore::new(0));
+    for _ in 0..watchers {
+        let cms = cms.clone();
+        let tx = tx.clone();
+        let ready = ready.clone();
+        let rv = rv.clone();
+        tokio::spawn(async move {
+            let mut stream = cms
+                .watch(&kube::api::WatchParams::default(), &rv)
+                .await
+                .expect("watch")
+                .boxed();
+            ready.add_permits(1);
+            while let Some(ev) = stream.next().await {
+                if let Ok(kube::api::WatchEvent::Added(cm)) = ev {
+                    let round: usize = cm
+                        .metadata
+                        .name
+                        .as_deref()
+                        .and_then(|n| n.strip_prefix("e-"))
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0);
+                    let _ = tx.send((round, Instant::now()));
+                }
+            }
+        });
+    }
+    drop(tx);
+    let _all = ready.acquire_many(watchers as u32).await.expect("ready");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut lat = Vec::with_capacity(rounds * watchers);
+    for round in 0..rounds {
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": format!("e-{round}")}}))
+                .expect("cm");
+        let sent = Instant::now();
+        cms.create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
+        let mut got = 0;
+        while got < watchers {
+            let (r, at) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+                .await
+                .expect("event in time")
+                .expect("open");
+            if r == round {
+                lat.push(at.duration_since(sent));
+                got += 1;
+            }
+        }
+    }
+    lat.sort();
+    println!(
+        "watch    1 event to {watchers} watchers over HTTP (kube-rs), {rounds} rounds: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        pct(&lat, 0.5).as_secs_f64() * 1e3,
+        pct(&lat, 0.99).as_secs_f64() * 1e3,
+        lat.last().copied().unwrap_or_default().as_secs_f64() * 1e3
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        println!(
+            "machine: {} cores",
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0)
+        );
+        if want("startup") {
+            startup().await;
+        }
+        if want("creates") {
+            creates("memory", Store::memory(), 32 * 1000).await;
+            let dir = std::env::temp_dir().join(format!("kubeforge-bench-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let store = Store::open(&dir, DurableOptions::default())
+                .await
+                .expect("durable store");
+            creates("durable", store.clone(), 32 * 500).await;
+            store.close().await;
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        if want("list") {
+            list(100_000).await;
+        }
+        if want("watch") {
+            watch_fanout(1000).await;
+        }
+    });
+}

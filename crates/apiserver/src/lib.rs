@@ -1,0 +1,42 @@
+//! A Kubernetes-API-compatible server over [`kubeforge_store`].
+//!
+//! It serves discovery, OpenAPI (v2 protobuf and v3), and the REST verbs
+//! (get, list, watch, create, update, patch, delete, deletecollection) for
+//! the built-in resources and for custom resources defined by CRDs, with
+//! Kubernetes semantics: resourceVersions from the store's revisions,
+//! optimistic concurrency, selectors, paging, `Status` errors and Table
+//! output. `kubectl`, kube-rs and the Python client use it unmodified.
+//!
+//! Two ways in: [`ApiServer::serve`] on a loopback listener, or in-process
+//! with [`ApiServer::client`], which hands the server to `kube::Client` as a
+//! tower service with no socket.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! let server = kubeforge_apiserver::ApiServer::in_memory().await;
+//! let cms: kube::Api<ConfigMap> = kube::Api::default_namespaced(server.client());
+//! let list = cms.list(&Default::default()).await.unwrap();
+//! # }
+//! ```
+
+pub mod body;
+mod builtin;
+pub mod codec;
+mod crd;
+mod discovery;
+pub mod error;
+mod fieldset;
+mod object;
+mod patch;
+pub mod registry;
+pub mod request;
+mod rest;
+mod scale;
+mod server;
+mod strategy;
+pub mod table;
+mod watch;
+
+pub use error::{ApiError, Cause};
+pub use server::{ApiServer, InProcess, KUBERNETES_VERSION};

@@ -1,0 +1,1115 @@
+//! The REST verbs over the registry and the store: get, list, create,
+//! update, patch, delete, deletecollection (watch lives in [`crate::watch`]).
+//!
+//! Objects travel as `serde_json::Value`; what is stored is the JSON bytes
+//! with `metadata.resourceVersion` set to the store revision of the write, so
+//! reads answer with the stored bytes as they are.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
+use kubeforge_apimachinery::{fields::FieldSelector, labels::Selector};
+use kubeforge_store::{KeyValue, StoreError};
+use serde_json::{Value, json};
+
+use crate::body::ApiBody;
+use crate::codec::{self, Accept, BodyType};
+use crate::error::{ApiError, ApiResult, Cause};
+use crate::object::{self, meta_mut, meta_str};
+use crate::registry::{ResourceDef, Strategy};
+use crate::request::{Query, ResourcePath};
+use crate::server::ApiServer;
+use crate::table::{self, IncludeObject};
+
+/// Everything a verb handler needs about its request.
+pub struct Ctx<'a> {
+    /// The server.
+    pub server: &'a ApiServer,
+    /// The resource row.
+    pub def: Arc<ResourceDef>,
+    /// Namespace from the path.
+    pub ns: Option<String>,
+    /// Name from the path.
+    pub name: Option<String>,
+    /// Query parameters.
+    pub query: Query,
+    /// Request headers.
+    pub headers: HeaderMap,
+    /// Negotiated response form.
+    pub accept: Accept,
+    /// Warnings to send back as `Warning` headers.
+    pub warnings: Vec<String>,
+}
+
+/// Dispatch a resource request to its verb.
+pub async fn serve(
+    server: &ApiServer,
+    p: ResourcePath,
+    method: Method,
+    headers: HeaderMap,
+    query: Query,
+    body: Bytes,
+) -> ApiResult<Response<ApiBody>> {
+    let def = server
+        .registry()
+        .get(&p.group, &p.version, &p.plural)
+        .ok_or_else(ApiError::no_route)?;
+    if def.namespaced && p.name.is_some() && p.namespace.is_none() {
+        return Err(ApiError::no_route());
+    }
+    let accept = codec::accept(&headers);
+    let mut ctx = Ctx {
+        server,
+        ns: if def.namespaced {
+            p.namespace.clone()
+        } else {
+            None
+        },
+        name: p.name.clone(),
+        def,
+        query,
+        headers,
+        accept,
+        warnings: Vec::new(),
+    };
+    if !ctx.def.namespaced && p.namespace.is_some() {
+        return Err(ApiError::no_route());
+    }
+    let resp = match (p.subresource.as_deref(), p.name.is_some(), &method) {
+        (None, false, &Method::GET) => {
+            if ctx.query.flag("watch") {
+                crate::watch::watch(&ctx).await
+            } else {
+                list(&ctx)
+            }
+        }
+        (None, false, &Method::POST) => create(&mut ctx, &body).await,
+        (None, false, &Method::DELETE) => delete_collection(&mut ctx, &body).await,
+        (None, true, &Method::GET) => get(&ctx),
+        (None, true, &Method::PUT) => update(&mut ctx, &body, Sub::Main).await,
+        (None, true, &Method::PATCH) => crate::patch::patch(&mut ctx, &body, Sub::Main).await,
+        (None, true, &Method::DELETE) => delete(&mut ctx, &body).await,
+        (Some("status"), true, m) if ctx.def.status => match *m {
+            Method::GET => get(&ctx),
+            Method::PUT => update(&mut ctx, &body, Sub::Status).await,
+            Method::PATCH => crate::patch::patch(&mut ctx, &body, Sub::Status).await,
+            _ => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
+        },
+        (Some("scale"), true, m) if ctx.def.scale.is_some() => {
+            crate::scale::serve(&mut ctx, m, &body).await
+        }
+        (Some("binding"), true, &Method::POST) if ctx.def.binding => {
+            crate::scale::bind(&mut ctx, &body).await
+        }
+        (Some("finalize"), true, &Method::PUT) if ctx.def.strategy == Strategy::Namespace => {
+            update(&mut ctx, &body, Sub::Finalize).await
+        }
+        (Some(_), _, _) => Err(ApiError::no_route()),
+        (None, _, m) => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
+    };
+    resp.map(|mut r| {
+        for w in &ctx.warnings {
+            if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{}\"", w.replace('"', "'"))) {
+                r.headers_mut().append(http::header::WARNING, v);
+            }
+        }
+        r
+    })
+}
+
+/// Which endpoint an update came through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sub {
+    /// The object itself: status changes are ignored when `/status` exists.
+    Main,
+    /// `/status`: only status changes are kept.
+    Status,
+    /// `namespaces/{name}/finalize`: only spec.finalizers changes are kept.
+    Finalize,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn key(&self, name: &str) -> String {
+        self.def.key(self.ns.as_deref(), name)
+    }
+
+    pub(crate) fn path_name(&self) -> ApiResult<&str> {
+        self.name.as_deref().ok_or_else(ApiError::no_route)
+    }
+
+    pub(crate) fn dry_run(&self) -> bool {
+        self.query.dry_run()
+    }
+
+    /// Render stored bytes for the requested version and form.
+    pub(crate) fn output(&self, bytes: &Bytes) -> Bytes {
+        match &self.def.custom {
+            Some(c) if c.storage_version != self.def.version => {
+                match serde_json::from_slice::<Value>(bytes) {
+                    Ok(mut v) => {
+                        v["apiVersion"] = json!(self.def.api_version());
+                        Bytes::from(v.to_string())
+                    }
+                    Err(_) => bytes.clone(),
+                }
+            }
+            _ => bytes.clone(),
+        }
+    }
+
+    /// Respond with one object in the negotiated form.
+    pub(crate) fn respond_object(
+        &self,
+        code: StatusCode,
+        bytes: &Bytes,
+    ) -> ApiResult<Response<ApiBody>> {
+        let out = self.output(bytes);
+        if self.accept.table || self.accept.metadata_only {
+            let v: Value =
+                serde_json::from_slice(&out).map_err(|e| ApiError::internal(e.to_string()))?;
+            let body = if self.accept.table {
+                let include = IncludeObject::parse(self.query.get("includeObject"));
+                let rv = v
+                    .pointer("/metadata/resourceVersion")
+                    .cloned()
+                    .unwrap_or(json!(""));
+                table::table(
+                    &self.def.columns,
+                    std::slice::from_ref(&v),
+                    include,
+                    json!({"resourceVersion": rv}),
+                )
+            } else {
+                partial_metadata(&v)
+            };
+            return Ok(codec::respond_value(code, &body));
+        }
+        Ok(codec::respond(code, out, self.accept.yaml))
+    }
+
+    /// The parsed label and field selectors of a list or watch.
+    pub(crate) fn selectors(&self) -> ApiResult<(Selector, FieldSelector)> {
+        let labels = Selector::parse(self.query.get("labelSelector").unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let fields = FieldSelector::parse(self.query.get("fieldSelector").unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        for r in fields.requirements() {
+            if !self.def.supports_field(&r.field) {
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {}",
+                    r.field
+                )));
+            }
+        }
+        Ok((labels, fields))
+    }
+}
+
+fn partial_metadata(v: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": v.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// Whether an object passes label and field selectors.
+pub(crate) fn matches(obj: &Value, labels: &Selector, fields: &FieldSelector) -> bool {
+    if !labels.is_everything() && !labels.matches(&obj.pointer("/metadata/labels")) {
+        return false;
+    }
+    fields.is_everything() || fields.matches(|f| kubeforge_apimachinery::fields::json_field(obj, f))
+}
+
+fn get(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
+    let name = ctx.path_name()?;
+    let kv = ctx
+        .server
+        .store()
+        .get(&ctx.key(name))
+        .ok_or_else(|| ApiError::not_found(ctx.def.gr(), name))?;
+    ctx.respond_object(StatusCode::OK, &kv.value)
+}
+
+/// Continue token: where the next page starts.
+fn encode_continue(key: &str, rev: u64) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(json!({"k": key, "rv": rev}).to_string())
+}
+
+fn decode_continue(token: &str, prefix: &str) -> ApiResult<String> {
+    use base64::Engine;
+    let bad = || {
+        ApiError::bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        )
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    let key = v.get("k").and_then(Value::as_str).ok_or_else(bad)?;
+    if !key.starts_with(prefix) {
+        return Err(bad());
+    }
+    Ok(key.to_string())
+}
+
+/// The objects a list returns, with the revision and continue token.
+pub(crate) struct ListPage {
+    pub items: Vec<KeyValue>,
+    pub revision: u64,
+    pub continue_token: Option<String>,
+    pub remaining: Option<usize>,
+}
+
+pub(crate) fn list_page(
+    ctx: &Ctx<'_>,
+    labels: &Selector,
+    fields: &FieldSelector,
+) -> ApiResult<ListPage> {
+    let store = ctx.server.store();
+    let prefix = ctx.def.collection_prefix(ctx.ns.as_deref());
+    // A metadata.name field selector is a point read.
+    let limit = ctx
+        .query
+        .int("limit")?
+        .filter(|l| *l > 0)
+        .map(|l| l as usize);
+    let mut start = match ctx.query.get("continue") {
+        Some(t) if !t.is_empty() => Some(decode_continue(t, &prefix)?),
+        _ => None,
+    };
+    if let Some(rv) = ctx.query.get("resourceVersion").filter(|s| !s.is_empty()) {
+        let rv: u64 = rv
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?;
+        if rv > store.current_revision() {
+            return Err(ApiError::timeout(format!(
+                "Too large resource version: {rv}, current: {}",
+                store.current_revision()
+            )));
+        }
+    }
+    let filtering = !labels.is_everything() || !fields.is_everything();
+    if !filtering {
+        let r = store.range(&prefix, start.as_deref(), limit.unwrap_or(0));
+        let token = if r.more {
+            r.kvs.last().map(|kv| encode_continue(&kv.key, r.revision))
+        } else {
+            None
+        };
+        let remaining = if r.more {
+            Some(store.count(&prefix).saturating_sub(r.kvs.len()))
+        } else {
+            None
+        };
+        return Ok(ListPage {
+            items: r.kvs,
+            revision: r.revision,
+            continue_token: token,
+            remaining,
+        });
+    }
+    let mut items = Vec::new();
+    let mut revision = store.current_revision();
+    let want = limit.unwrap_or(usize::MAX);
+    const BATCH: usize = 1024;
+    loop {
+        let r = store.range(&prefix, start.as_deref(), BATCH);
+        revision = revision.max(r.revision);
+        let mut last = None;
+        for kv in r.kvs {
+            last = Some(kv.key.to_string());
+            let obj: Value = match serde_json::from_slice(&kv.value) {
+                Ok(v) => v,
+                Err(_) => continue,
+            };
+            if matches(&obj, labels, fields) {
+                items.push(kv);
+                if items.len() == want {
+                    // More may follow: hand out a token after this key.
+                    let more = store.range(&prefix, last.as_deref(), 1).kvs.len() == 1;
+                    let token = more
+                        .then(|| last.as_deref().map(|k| encode_continue(k, revision)))
+                        .flatten();
+                    return Ok(ListPage {
+                        items,
+                        revision,
+                        continue_token: token,
+                        remaining: None,
+                    });
+                }
+            }
+        }
+        if !r.more {
+            return Ok(ListPage {
+                items,
+                revision,
+                continue_token: None,
+                remaining: None,
+            });
+        }
+        start = last;
+    }
+}
+
+fn list(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
+    let (labels, fields) = ctx.selectors()?;
+    let page = list_page(ctx, &labels, &fields)?;
+    let mut meta = json!({"resourceVersion": page.revision.to_string()});
+    if let Some(t) = &page.continue_token {
+        meta["continue"] = json!(t);
+    }
+    if let Some(r) = page.remaining {
+        meta["remainingItemCount"] = json!(r);
+    }
+    if ctx.accept.table || ctx.accept.metadata_only {
+        let objs: Vec<Value> = page
+            .items
+            .iter()
+            .filter_map(|kv| serde_json::from_slice(&ctx.output(&kv.value)).ok())
+            .collect();
+        let body = if ctx.accept.table {
+            table::table(
+                &ctx.def.columns,
+                &objs,
+                IncludeObject::parse(ctx.query.get("includeObject")),
+                meta,
+            )
+        } else {
+            json!({
+                "kind": "PartialObjectMetadataList",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": meta,
+                "items": objs.iter().map(partial_metadata).collect::<Vec<_>>(),
+            })
+        };
+        return Ok(codec::respond_value(StatusCode::OK, &body));
+    }
+    // Splice the stored bytes into the list without re-encoding them.
+    let head = format!(
+        "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
+        ctx.def.kind,
+        ctx.def.api_version(),
+        meta
+    );
+    let total: usize = page
+        .items
+        .iter()
+        .map(|kv| kv.value.len() + 1)
+        .sum::<usize>()
+        + head.len()
+        + 2;
+    let mut out = Vec::with_capacity(total);
+    out.extend_from_slice(head.as_bytes());
+    for (i, kv) in page.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(&ctx.output(&kv.value));
+    }
+    out.extend_from_slice(b"]}");
+    Ok(codec::respond(
+        StatusCode::OK,
+        Bytes::from(out),
+        ctx.accept.yaml,
+    ))
+}
+
+/// Parse a body that must be an object of this resource's kind.
+pub(crate) fn decode_object(ctx: &Ctx<'_>, body: &[u8]) -> ApiResult<Value> {
+    let ty = codec::body_type(&ctx.headers)?;
+    let ty = if ty == BodyType::Yaml {
+        BodyType::Yaml
+    } else {
+        BodyType::Json
+    };
+    let mut obj = codec::decode(body, ty)?;
+    check_type_meta(ctx, &mut obj)?;
+    Ok(obj)
+}
+
+/// Check (and fill in) apiVersion and kind.
+pub(crate) fn check_type_meta(ctx: &Ctx<'_>, obj: &mut Value) -> ApiResult<()> {
+    let Some(map) = obj.as_object_mut() else {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    };
+    let want_av = ctx.def.api_version();
+    match map.get("kind").and_then(Value::as_str) {
+        None | Some("") => {
+            map.insert("kind".into(), json!(ctx.def.kind));
+        }
+        Some(k) if k == ctx.def.kind => {}
+        Some(k) => {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                ctx.def.kind
+            )));
+        }
+    }
+    match map.get("apiVersion").and_then(Value::as_str) {
+        None | Some("") => {
+            map.insert("apiVersion".into(), json!(want_av));
+        }
+        Some(av) if av == want_av => {}
+        Some(av) => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({want_av})"
+            )));
+        }
+    }
+    if map
+        .get("metadata")
+        .is_some_and(|m| !m.is_object() && !m.is_null())
+    {
+        return Err(ApiError::bad_request("metadata must be an object"));
+    }
+    Ok(())
+}
+
+/// Validate the object: metadata names, and the schema (pruning and
+/// defaulting custom resources; unknown fields per `fieldValidation`).
+pub(crate) fn validate(ctx: &mut Ctx<'_>, obj: &mut Value, name: &str) -> ApiResult<()> {
+    if ctx.def.custom.is_none() {
+        object::strip_nulls(obj);
+    }
+    let meta = obj.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    let mut causes: Vec<Cause> = kubeforge_apimachinery::names::validate_object_meta(
+        &meta,
+        ctx.def.name_rule,
+        ctx.def.namespaced,
+    )
+    .into_iter()
+    .map(|c| Cause {
+        reason: c.reason,
+        message: c.message,
+        field: c.field,
+    })
+    .collect();
+    if let Some(v) = ctx.def.validator.clone() {
+        let unknown = v.unknown_fields(obj);
+        if !unknown.is_empty() {
+            match ctx.query.get("fieldValidation") {
+                Some("Strict") => {
+                    let list: Vec<String> = unknown
+                        .iter()
+                        .map(|u| format!("unknown field \"{}\"", u.trim_start_matches('.')))
+                        .collect();
+                    return Err(ApiError::bad_request(format!(
+                        "strict decoding error: {}",
+                        list.join(", ")
+                    )));
+                }
+                Some("Ignore") => {}
+                _ => {
+                    for u in &unknown {
+                        ctx.warnings
+                            .push(format!("unknown field \"{}\"", u.trim_start_matches('.')));
+                    }
+                }
+            }
+        }
+        if ctx.def.custom.is_some() {
+            v.prune(obj);
+            v.apply_defaults(obj);
+        }
+        for e in v.validate(obj) {
+            causes.push(Cause {
+                reason: e.reason.to_string(),
+                message: e.message,
+                field: e.field,
+            });
+        }
+    }
+    crate::strategy::validate(ctx, obj, &mut causes);
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            &ctx.def.group,
+            &ctx.def.kind,
+            name,
+            causes,
+        ))
+    }
+}
+
+/// Ensure the request's namespace exists and is not terminating.
+pub(crate) fn check_namespace(ctx: &Ctx<'_>, name: &str) -> ApiResult<()> {
+    let Some(ns) = ctx.ns.as_deref() else {
+        return Ok(());
+    };
+    let key = format!("/registry/core/namespaces/{ns}");
+    let kv = ctx.server.store().get(&key).ok_or_else(|| {
+        ApiError::not_found(
+            crate::error::GroupResource {
+                group: "",
+                resource: "namespaces",
+            },
+            ns,
+        )
+    })?;
+    let v: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
+    if v.pointer("/metadata/deletionTimestamp").is_some()
+        || v.pointer("/status/phase") == Some(&json!("Terminating"))
+    {
+        return Err(ApiError::forbidden(
+            ctx.def.gr(),
+            name,
+            &format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+async fn create(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response<ApiBody>> {
+    let obj = decode_object(ctx, body)?;
+    let (code, bytes) = create_object(ctx, obj).await?;
+    ctx.respond_object(code, &bytes)
+}
+
+/// The create path shared by POST and server-side apply.
+pub(crate) async fn create_object(
+    ctx: &mut Ctx<'_>,
+    mut obj: Value,
+) -> ApiResult<(StatusCode, Bytes)> {
+    // Namespace from the path wins; a different one in the body is an error.
+    if ctx.def.namespaced {
+        let path_ns = ctx.ns.clone().unwrap_or_default();
+        match meta_str(&obj, "namespace") {
+            Some(ns) if !ns.is_empty() && ns != path_ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            _ => {
+                meta_mut(&mut obj).insert("namespace".into(), json!(path_ns));
+            }
+        }
+    } else {
+        meta_mut(&mut obj).remove("namespace");
+    }
+    let generate = meta_str(&obj, "generateName").map(str::to_string);
+    let mut name = meta_str(&obj, "name").unwrap_or_default().to_string();
+    if name.is_empty() {
+        match generate.as_deref() {
+            Some(g) if !g.is_empty() => {
+                name = format!("{g}{}", object::random_suffix());
+                meta_mut(&mut obj).insert("name".into(), json!(name));
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    &ctx.def.group,
+                    &ctx.def.kind,
+                    "",
+                    vec![Cause {
+                        reason: "FieldValueRequired".into(),
+                        message: "Required value: name or generateName is required".into(),
+                        field: "metadata.name".into(),
+                    }],
+                ));
+            }
+        }
+    }
+    if let Some(path_name) = &ctx.name {
+        if *path_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({name}) does not match the name on the URL ({path_name})"
+            )));
+        }
+    }
+    check_namespace(ctx, &name)?;
+    crate::strategy::prepare_create(ctx, &mut obj);
+    validate(ctx, &mut obj, &name)?;
+    {
+        let m = meta_mut(&mut obj);
+        m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        m.insert("creationTimestamp".into(), json!(object::now_rfc3339()));
+        m.remove("deletionTimestamp");
+        m.remove("deletionGracePeriodSeconds");
+        m.remove("resourceVersion");
+        m.remove("selfLink");
+        if ctx.def.generation {
+            m.insert("generation".into(), json!(1));
+        } else {
+            m.remove("generation");
+        }
+    }
+    crate::crd::before_create(ctx, &mut obj)?;
+    if ctx.dry_run() {
+        return Ok((StatusCode::CREATED, Bytes::from(obj.to_string())));
+    }
+    let key = ctx.key(&name);
+    let kv = match ctx
+        .server
+        .store()
+        .create(&key, move |rev| object::encode_with_rv(obj, rev))
+        .await
+    {
+        Ok(kv) => kv,
+        Err(StoreError::AlreadyExists { .. }) => {
+            return Err(ApiError::already_exists(ctx.def.gr(), &name));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    crate::crd::after_write(ctx, &kv.value)?;
+    Ok((StatusCode::CREATED, kv.value))
+}
+
+async fn update(ctx: &mut Ctx<'_>, body: &[u8], sub: Sub) -> ApiResult<Response<ApiBody>> {
+    let obj = decode_object(ctx, body)?;
+    let name = ctx.path_name()?.to_string();
+    let current = ctx
+        .server
+        .store()
+        .get(&ctx.key(&name))
+        .ok_or_else(|| ApiError::not_found(ctx.def.gr(), &name))?;
+    let rv = meta_str(&obj, "resourceVersion")
+        .unwrap_or_default()
+        .to_string();
+    if rv.is_empty() && ctx.def.custom.is_some() {
+        return Err(ApiError::invalid(
+            &ctx.def.group,
+            &ctx.def.kind,
+            &name,
+            vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                message: "Invalid value: 0x0: must be specified for an update".into(),
+                field: "metadata.resourceVersion".into(),
+            }],
+        ));
+    }
+    let (code, bytes) = update_object(ctx, &name, obj, current, sub).await?;
+    ctx.respond_object(code, &bytes)
+}
+
+/// The update path shared by PUT, PATCH and apply: `obj` is the complete
+/// new object; `current` what it replaces. A non-empty resourceVersion in
+/// `obj` must match.
+pub(crate) async fn update_object(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    mut obj: Value,
+    current: KeyValue,
+    sub: Sub,
+) -> ApiResult<(StatusCode, Bytes)> {
+    if meta_str(&obj, "name").is_some_and(|n| n != name) {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            meta_str(&obj, "name").unwrap_or_default()
+        )));
+    }
+    if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty()) {
+        if rv != current.mod_revision.to_string() {
+            return Err(ApiError::stale(ctx.def.gr(), name));
+        }
+    }
+    let old: Value =
+        serde_json::from_slice(&current.value).map_err(|e| ApiError::internal(e.to_string()))?;
+    if ctx.def.namespaced {
+        let ns = ctx.ns.clone().unwrap_or_default();
+        if meta_str(&obj, "namespace").is_some_and(|n| !n.is_empty() && n != ns) {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        meta_mut(&mut obj).insert("namespace".into(), json!(ns));
+    }
+    meta_mut(&mut obj).insert("name".into(), json!(name));
+    obj = match sub {
+        Sub::Main => {
+            if ctx.def.status {
+                let mut o = obj;
+                match old.get("status") {
+                    Some(s) => o["status"] = s.clone(),
+                    None => {
+                        if let Some(m) = o.as_object_mut() {
+                            m.remove("status");
+                        }
+                    }
+                }
+                o
+            } else {
+                obj
+            }
+        }
+        Sub::Status => {
+            let mut o = old.clone();
+            match obj.get("status") {
+                Some(s) => o["status"] = s.clone(),
+                None => {
+                    if let Some(m) = o.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+            o
+        }
+        Sub::Finalize => {
+            let mut o = old.clone();
+            let fins = obj
+                .pointer("/spec/finalizers")
+                .cloned()
+                .unwrap_or(json!([]));
+            object::set_path(&mut o, "spec.finalizers", fins);
+            o
+        }
+    };
+    // Fields the server owns.
+    {
+        let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        let m = meta_mut(&mut obj);
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ] {
+            match old_meta.get(k) {
+                Some(v) => {
+                    m.insert(k.into(), v.clone());
+                }
+                None => {
+                    m.remove(k);
+                }
+            }
+        }
+        m.remove("selfLink");
+    }
+    // No new finalizers once deletion has started.
+    if old.pointer("/metadata/deletionTimestamp").is_some() {
+        let old_f: Vec<Value> = old
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let new_f: Vec<Value> = obj
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if new_f.iter().any(|f| !old_f.contains(f)) {
+            return Err(ApiError::forbidden(
+                ctx.def.gr(),
+                name,
+                "no new finalizers can be added if the object is being deleted",
+            ));
+        }
+    }
+    crate::strategy::prepare_update(ctx, &mut obj, &old);
+    validate(ctx, &mut obj, name)?;
+    if ctx.def.generation && object::spec_part(&obj) != object::spec_part(&old) {
+        let g = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            + 1;
+        meta_mut(&mut obj).insert("generation".into(), json!(g));
+    }
+    crate::crd::before_update(ctx, &mut obj, &old)?;
+    let finished = finalized_and_deleting(&obj);
+    if object::comparable(&obj) == object::comparable(&old) {
+        return Ok((StatusCode::OK, current.value));
+    }
+    if ctx.dry_run() {
+        return Ok((StatusCode::OK, Bytes::from(obj.to_string())));
+    }
+    let key = ctx.key(name);
+    if finished {
+        // The last finalizer is gone from an object being deleted: delete it.
+        let deleted = delete_now(ctx, &key, name, Some(current.mod_revision), obj).await?;
+        return Ok((StatusCode::OK, deleted));
+    }
+    let kv = match ctx
+        .server
+        .store()
+        .update(&key, Some(current.mod_revision), move |rev| {
+            object::encode_with_rv(obj, rev)
+        })
+        .await
+    {
+        Ok(kv) => kv,
+        Err(StoreError::Conflict { .. }) => return Err(ApiError::stale(ctx.def.gr(), name)),
+        Err(StoreError::NotFound { .. }) => return Err(ApiError::not_found(ctx.def.gr(), name)),
+        Err(e) => return Err(e.into()),
+    };
+    crate::crd::after_write(ctx, &kv.value)?;
+    Ok((StatusCode::OK, kv.value))
+}
+
+fn finalized_and_deleting(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp").is_some()
+        && obj
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty)
+}
+
+/// Remove an object from the store; the DELETED event carries `last` with
+/// the deletion's resourceVersion.
+pub(crate) async fn delete_now(
+    ctx: &Ctx<'_>,
+    key: &str,
+    name: &str,
+    expected: Option<u64>,
+    last: Value,
+) -> ApiResult<Bytes> {
+    let prev_last = last;
+    let result = ctx
+        .server
+        .store()
+        .delete(key, expected, move |rev, _prev| {
+            object::encode_with_rv(prev_last, rev)
+        })
+        .await;
+    match result {
+        Ok(prev) => {
+            crate::crd::after_delete(ctx, &prev.value).await?;
+            Ok(prev.value)
+        }
+        Err(StoreError::Conflict { .. }) => Err(ApiError::stale(ctx.def.gr(), name)),
+        Err(StoreError::NotFound { .. }) => Err(ApiError::not_found(ctx.def.gr(), name)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// DeleteOptions from the body and the query.
+#[derive(Debug, Default)]
+pub(crate) struct DeleteOptions {
+    pub propagation: Option<String>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub grace: Option<i64>,
+}
+
+fn delete_options(ctx: &Ctx<'_>, body: &[u8]) -> ApiResult<DeleteOptions> {
+    let mut o = DeleteOptions::default();
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let v = codec::decode(body, BodyType::Json)?;
+        o.propagation = v
+            .get("propagationPolicy")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        o.uid = v
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        o.resource_version = v
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        o.grace = v.get("gracePeriodSeconds").and_then(Value::as_i64);
+        if v.get("orphanDependents").and_then(Value::as_bool) == Some(true)
+            && o.propagation.is_none()
+        {
+            o.propagation = Some("Orphan".into());
+        }
+    }
+    if let Some(p) = ctx.query.get("propagationPolicy") {
+        o.propagation = Some(p.to_string());
+    }
+    if let Some(g) = ctx.query.int("gracePeriodSeconds")? {
+        o.grace = Some(g);
+    }
+    match o.propagation.as_deref() {
+        None | Some("Background" | "Foreground" | "Orphan") => Ok(o),
+        Some(p) => Err(ApiError::invalid(
+            "",
+            "DeleteOptions",
+            "",
+            vec![Cause {
+                reason: "FieldValueNotSupported".into(),
+                message: format!(
+                    "Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
+                ),
+                field: "propagationPolicy".into(),
+            }],
+        )),
+    }
+}
+
+async fn delete(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response<ApiBody>> {
+    let opts = delete_options(ctx, body)?;
+    let name = ctx.path_name()?.to_string();
+    let (code, bytes) = delete_object(ctx, &name, &opts).await?;
+    ctx.respond_object(code, &bytes)
+}
+
+/// Delete one object: immediately, or by setting deletionTimestamp when
+/// finalizers (or Foreground/Orphan propagation) hold it.
+pub(crate) async fn delete_object(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    opts: &DeleteOptions,
+) -> ApiResult<(StatusCode, Bytes)> {
+    let key = ctx.key(name);
+    for _attempt in 0..16 {
+        let current = ctx
+            .server
+            .store()
+            .get(&key)
+            .ok_or_else(|| ApiError::not_found(ctx.def.gr(), name))?;
+        let mut obj: Value = serde_json::from_slice(&current.value)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        if let Some(uid) = &opts.uid {
+            let have = meta_str(&obj, "uid").unwrap_or_default();
+            if uid != have {
+                return Err(ApiError::conflict(
+                    ctx.def.gr(),
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {have}"
+                    ),
+                ));
+            }
+        }
+        if let Some(rv) = &opts.resource_version {
+            if *rv != current.mod_revision.to_string() {
+                return Err(ApiError::conflict(
+                    ctx.def.gr(),
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        current.mod_revision
+                    ),
+                ));
+            }
+        }
+        let mut finalizers: Vec<Value> = obj
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let extra = match opts.propagation.as_deref() {
+            Some("Foreground") => Some("foregroundDeletion"),
+            Some("Orphan") => Some("orphan"),
+            _ => None,
+        };
+        let deleting = obj.pointer("/metadata/deletionTimestamp").is_some();
+        if deleting {
+            return Ok((StatusCode::ACCEPTED, current.value));
+        }
+        if let Some(f) = extra {
+            if ctx.server.gc_enabled() && !finalizers.iter().any(|x| x == f) {
+                finalizers.push(json!(f));
+            }
+        }
+        if crate::strategy::graceful_delete(ctx, &mut obj) || !finalizers.is_empty() {
+            if ctx.dry_run() {
+                return Ok((StatusCode::ACCEPTED, current.value));
+            }
+            {
+                let m = meta_mut(&mut obj);
+                m.insert("deletionTimestamp".into(), json!(object::now_rfc3339()));
+                m.insert(
+                    "deletionGracePeriodSeconds".into(),
+                    json!(opts.grace.unwrap_or(0)),
+                );
+                if !finalizers.is_empty() {
+                    m.insert("finalizers".into(), Value::Array(finalizers));
+                }
+                if ctx.def.generation {
+                    let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
+                    m.insert("generation".into(), json!(g));
+                }
+            }
+            match ctx
+                .server
+                .store()
+                .update(&key, Some(current.mod_revision), move |rev| {
+                    object::encode_with_rv(obj, rev)
+                })
+                .await
+            {
+                Ok(kv) => return Ok((StatusCode::ACCEPTED, kv.value)),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(StoreError::NotFound { .. }) => {
+                    return Err(ApiError::not_found(ctx.def.gr(), name));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if ctx.dry_run() {
+            return Ok((StatusCode::OK, current.value));
+        }
+        crate::strategy::before_delete(ctx, &obj).await?;
+        match delete_now(ctx, &key, name, Some(current.mod_revision), obj).await {
+            Ok(b) => return Ok((StatusCode::OK, b)),
+            Err(e) if e.code == 409 => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(ApiError::stale(ctx.def.gr(), name))
+}
+
+async fn delete_collection(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response<ApiBody>> {
+    let opts = delete_options(ctx, body)?;
+    let (labels, fields) = ctx.selectors()?;
+    let page = list_page(ctx, &labels, &fields)?;
+    let mut items = Vec::new();
+    for kv in page.items {
+        let Some(name) = kv.key.rsplit('/').next().map(str::to_string) else {
+            continue;
+        };
+        match delete_object(ctx, &name, &opts).await {
+            Ok((_, b)) => items.push(b),
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut out = format!(
+        "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{}\"}},\"items\":[",
+        ctx.def.kind,
+        ctx.def.api_version(),
+        ctx.server.store().current_revision()
+    )
+    .into_bytes();
+    for (i, b) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b);
+    }
+    out.extend_from_slice(b"]}");
+    Ok(codec::respond(StatusCode::OK, Bytes::from(out), false))
+}
+
+/// Create a namespace if it does not exist (server start-up).
+pub(crate) async fn ensure_namespace(server: &ApiServer, name: &str) -> ApiResult<()> {
+    let key = format!("/registry/core/namespaces/{name}");
+    if server.store().get(&key).is_some() {
+        return Ok(());
+    }
+    let def = server
+        .registry()
+        .get("", "v1", "namespaces")
+        .ok_or_else(|| ApiError::internal("namespaces are not registered"))?;
+    let mut ctx = Ctx {
+        server,
+        def,
+        ns: None,
+        name: None,
+        query: Query::default(),
+        headers: HeaderMap::new(),
+        accept: Accept::default(),
+        warnings: Vec::new(),
+    };
+    match create_object(
+        &mut ctx,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+    )
+    .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}

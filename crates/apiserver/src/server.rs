@@ -1,0 +1,296 @@
+//! The server: shared state, request dispatch, the loopback listener and the
+//! in-process transport.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use kubeforge_store::Store;
+use serde_json::json;
+
+use crate::body::ApiBody;
+use crate::codec::{self, MAX_BODY};
+use crate::error::{ApiError, ApiResult};
+use crate::registry::Registry;
+use crate::request::{Query, Route, route};
+
+/// The Kubernetes version this server reports in `/version`.
+pub const KUBERNETES_VERSION: (&str, &str, &str) = ("1", "33", "v1.33.0");
+
+/// A running API server's shared state; cheap to clone.
+#[derive(Clone)]
+pub struct ApiServer {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub store: Store,
+    pub registry: Registry,
+    pub openapi: crate::discovery::OpenApiCache,
+    /// Address advertised in `/api` (serverAddressByClientCIDRs).
+    pub advertise: std::sync::RwLock<String>,
+    /// Whether a garbage collector runs (Foreground/Orphan deletion then
+    /// waits for it through finalizers).
+    pub gc: std::sync::atomic::AtomicBool,
+}
+
+impl ApiServer {
+    /// A server over `store`, restoring CRDs already in it and creating the
+    /// default namespaces (`default`, `kube-system`, `kube-public`,
+    /// `kube-node-lease`) when missing.
+    pub async fn new(store: Store) -> Result<ApiServer, ApiError> {
+        let server = ApiServer {
+            inner: Arc::new(Inner {
+                store,
+                registry: Registry::with_builtins(),
+                openapi: Default::default(),
+                advertise: std::sync::RwLock::new("127.0.0.1:6443".into()),
+                gc: std::sync::atomic::AtomicBool::new(false),
+            }),
+        };
+        crate::crd::restore(&server)?;
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            crate::rest::ensure_namespace(&server, ns).await?;
+        }
+        Ok(server)
+    }
+
+    /// A server over a fresh memory store.
+    pub async fn in_memory() -> ApiServer {
+        match ApiServer::new(Store::memory()).await {
+            Ok(s) => s,
+            // Creating namespaces in an empty memory store cannot fail.
+            Err(e) => unreachable!("fresh memory store: {e}"),
+        }
+    }
+
+    /// Declare that a garbage collector runs against this server, so
+    /// Foreground and Orphan deletions add their finalizers.
+    pub fn set_gc_enabled(&self, on: bool) {
+        self.inner
+            .gc
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a garbage collector was declared.
+    pub fn gc_enabled(&self) -> bool {
+        self.inner.gc.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The resource registry.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// Serve one request.
+    pub async fn handle<B>(&self, req: Request<B>) -> Response<ApiBody>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let method = req.method().clone();
+        let path = req.uri().path().to_string();
+        let started = std::time::Instant::now();
+        let resp = match self.dispatch(req).await {
+            Ok(r) => r,
+            Err(e) => codec::respond_error(&e),
+        };
+        tracing::debug!(%method, %path, status = resp.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64, "request");
+        resp
+    }
+
+    async fn dispatch<B>(&self, req: Request<B>) -> ApiResult<Response<ApiBody>>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let (parts, body) = req.into_parts();
+        let registry = &self.inner.registry;
+        let r = route(parts.uri.path(), |g, v, p| {
+            registry.get(g, v, p).is_some_and(|d| d.namespaced)
+        });
+        let query = Query::parse(parts.uri.query());
+        if !matches!(r, Route::Resource(_))
+            && parts.method != Method::GET
+            && parts.method != Method::HEAD
+        {
+            return Err(ApiError::method_not_supported(
+                crate::error::GroupResource {
+                    group: "",
+                    resource: parts.uri.path(),
+                },
+                parts.method.as_str(),
+            ));
+        }
+        match r {
+            Route::Version => Ok(codec::respond_value(StatusCode::OK, &version_info())),
+            Route::Health => {
+                let mut r = Response::new(ApiBody::full("ok"));
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+                Ok(r)
+            }
+            Route::CoreVersions => Ok(codec::respond_value(
+                StatusCode::OK,
+                &crate::discovery::core_versions(self),
+            )),
+            Route::Groups => Ok(codec::respond_value(
+                StatusCode::OK,
+                &crate::discovery::groups(self),
+            )),
+            Route::Group(g) => {
+                crate::discovery::group(self, &g).map(|v| codec::respond_value(StatusCode::OK, &v))
+            }
+            Route::Resources { group, version } => {
+                crate::discovery::resources(self, &group, &version)
+                    .map(|v| codec::respond_value(StatusCode::OK, &v))
+            }
+            Route::OpenApiV2 => Ok(crate::discovery::openapi_v2(self, &parts.headers)),
+            Route::OpenApiV3Root => Ok(crate::discovery::openapi_v3_root(self)),
+            Route::OpenApiV3 { group, version } => {
+                crate::discovery::openapi_v3(self, &group, &version)
+            }
+            Route::Unknown => Err(ApiError::no_route()),
+            Route::Resource(p) => {
+                let body = if matches!(
+                    parts.method,
+                    Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+                ) {
+                    read_body(body).await?
+                } else {
+                    Bytes::new()
+                };
+                crate::rest::serve(self, p, parts.method, parts.headers, query, body).await
+            }
+        }
+    }
+
+    /// Serve HTTP/1.1 on `listener` until `shutdown` resolves.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        if let Ok(addr) = listener.local_addr() {
+            self.set_advertise(addr);
+        }
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let (stream, _) = tokio::select! {
+                r = listener.accept() => r?,
+                () = &mut shutdown => return Ok(()),
+            };
+            let _ = stream.set_nodelay(true);
+            let server = self.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let server = server.clone();
+                    async move { Ok::<_, Infallible>(server.handle(req).await) }
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    .keep_alive(true)
+                    .serve_connection(io, svc)
+                    .await
+                {
+                    tracing::debug!(error = %e, "connection ended");
+                }
+            });
+        }
+    }
+
+    fn set_advertise(&self, addr: SocketAddr) {
+        if let Ok(mut a) = self.inner.advertise.write() {
+            *a = addr.to_string();
+        }
+    }
+
+    /// A tower service answering requests in-process (no socket), for
+    /// `kube::Client::new`.
+    pub fn service(&self) -> InProcess {
+        InProcess(self.clone())
+    }
+
+    /// A kube-rs client talking to this server in-process, default
+    /// namespace `default`.
+    pub fn client(&self) -> kube::Client {
+        kube::Client::new(self.service(), "default")
+    }
+}
+
+/// Boxed error type of request bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The server as a `tower::Service`: requests are answered in-process.
+#[derive(Clone)]
+pub struct InProcess(ApiServer);
+
+impl<B> tower::Service<Request<B>> for InProcess
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<ApiBody>;
+    type Error = Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Response<ApiBody>, Infallible>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let server = self.0.clone();
+        Box::pin(async move { Ok(server.handle(req).await) })
+    }
+}
+
+async fn read_body<B>(body: B) -> ApiResult<Bytes>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    match http_body_util::Limited::new(body, MAX_BODY).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) => {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                Err(ApiError::too_large(MAX_BODY))
+            } else {
+                Err(ApiError::bad_request(format!(
+                    "reading the request body failed: {e}"
+                )))
+            }
+        }
+    }
+}
+
+fn version_info() -> serde_json::Value {
+    let (major, minor, git) = KUBERNETES_VERSION;
+    json!({
+        "major": major,
+        "minor": minor,
+        "gitVersion": git,
+        "gitCommit": "kubeforge",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": concat!("rust (kubeforge ", env!("CARGO_PKG_VERSION"), ")"),
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, match std::env::consts::ARCH { "x86_64" => "amd64", "aarch64" => "arm64", a => a }),
+    })
+}

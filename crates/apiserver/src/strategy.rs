@@ -1,0 +1,425 @@
+//! Kind-specific rules (kube-apiserver's "strategies"): defaults applied on
+//! create and update, status handling on create, extra validation, and what
+//! deleting a namespace does. Everything generic lives in [`crate::rest`].
+
+use serde_json::{Map, Value, json};
+
+use crate::error::{ApiResult, Cause};
+use crate::object::meta_mut;
+use crate::registry::Strategy;
+use crate::rest::Ctx;
+
+/// Defaults and status rules on create.
+pub fn prepare_create(ctx: &Ctx<'_>, obj: &mut Value) {
+    match ctx.def.strategy {
+        Strategy::Namespace => {
+            let name = obj
+                .pointer("/metadata/name")
+                .cloned()
+                .unwrap_or(Value::Null);
+            let labels = meta_mut(obj).entry("labels").or_insert_with(|| json!({}));
+            if let Some(l) = labels.as_object_mut() {
+                l.insert("kubernetes.io/metadata.name".into(), name);
+            }
+            obj["spec"] = json!({"finalizers": ["kubernetes"]});
+            obj["status"] = json!({"phase": "Active"});
+        }
+        Strategy::Pod => {
+            if let Some(spec) = obj.get_mut("spec") {
+                default_pod_spec(spec, true);
+            }
+            let qos = qos_class(obj.get("spec"));
+            obj["status"] = json!({"phase": "Pending", "qosClass": qos});
+        }
+        Strategy::Service => {
+            default_service(obj);
+            if ctx.def.status {
+                obj["status"] = json!({"loadBalancer": {}});
+            }
+        }
+        Strategy::Workload => {
+            default_workload(&ctx.def.kind, obj);
+            drop_status(obj);
+        }
+        Strategy::Node | Strategy::Crd => {}
+        Strategy::Plain => {
+            if ctx.def.status {
+                drop_status(obj);
+            }
+        }
+    }
+}
+
+fn drop_status(obj: &mut Value) {
+    if let Some(m) = obj.as_object_mut() {
+        m.remove("status");
+    }
+}
+
+/// Defaults re-applied on update (a client may send an object without them).
+pub fn prepare_update(ctx: &Ctx<'_>, obj: &mut Value, old: &Value) {
+    match ctx.def.strategy {
+        Strategy::Pod => {
+            if let Some(spec) = obj.get_mut("spec") {
+                default_pod_spec(spec, true);
+            }
+        }
+        Strategy::Service => {
+            // The cluster IP is immutable once allocated.
+            if let Some(ip) = old.pointer("/spec/clusterIP").cloned() {
+                if obj
+                    .pointer("/spec/clusterIP")
+                    .is_none_or(|v| v.as_str() == Some(""))
+                {
+                    obj["spec"]["clusterIP"] = ip.clone();
+                    obj["spec"]["clusterIPs"] = old
+                        .pointer("/spec/clusterIPs")
+                        .cloned()
+                        .unwrap_or(json!([ip]));
+                }
+            }
+            default_service(obj);
+        }
+        Strategy::Workload => default_workload(&ctx.def.kind, obj),
+        Strategy::Namespace => {
+            if let Some(phase) = old.pointer("/status/phase").cloned() {
+                if obj.pointer("/status/phase").is_none() {
+                    obj["status"] = json!({"phase": phase});
+                }
+            }
+            if obj.get("spec").is_none() {
+                if let Some(s) = old.get("spec") {
+                    obj["spec"] = s.clone();
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Kind-specific validation beyond schema and names.
+pub fn validate(ctx: &Ctx<'_>, obj: &Value, causes: &mut Vec<Cause>) {
+    if ctx.def.strategy == Strategy::Pod {
+        let containers = obj.pointer("/spec/containers").and_then(Value::as_array);
+        if containers.is_none_or(Vec::is_empty) {
+            causes.push(Cause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value".into(),
+                field: "spec.containers".into(),
+            });
+        }
+        for (i, c) in containers
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+            .iter()
+            .enumerate()
+        {
+            if c.get("image")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                causes.push(Cause {
+                    reason: "FieldValueRequired".into(),
+                    message: "Required value".into(),
+                    field: format!("spec.containers[{i}].image"),
+                });
+            }
+        }
+    }
+    if ctx.def.strategy == Strategy::Crd {
+        crate::crd::validate(obj, causes);
+    }
+}
+
+/// Whether deleting this object is graceful (deletionTimestamp first).
+/// Pods on a node are, when a kubelet is there to finish them; the embedded
+/// cluster has none yet, so deletion is immediate.
+pub fn graceful_delete(_ctx: &Ctx<'_>, _obj: &mut Value) -> bool {
+    false
+}
+
+/// Work done before an object is removed: a namespace takes its contents
+/// with it.
+pub async fn before_delete(ctx: &Ctx<'_>, obj: &Value) -> ApiResult<()> {
+    if ctx.def.strategy != Strategy::Namespace {
+        return Ok(());
+    }
+    let Some(ns) = obj.pointer("/metadata/name").and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let store = ctx.server.store();
+    for def in ctx.server.registry().all() {
+        if !def.namespaced {
+            continue;
+        }
+        let prefix = def.collection_prefix(Some(ns));
+        let keys: Vec<String> = store
+            .range(&prefix, None, 0)
+            .kvs
+            .into_iter()
+            .map(|kv| kv.key.to_string())
+            .collect();
+        for key in keys {
+            if let Some(kv) = store.get(&key) {
+                let mut last: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
+                if last.is_object() {
+                    meta_mut(&mut last).insert(
+                        "deletionTimestamp".into(),
+                        json!(crate::object::now_rfc3339()),
+                    );
+                }
+                let _ = store
+                    .delete(&key, None, move |rev, _| {
+                        crate::object::encode_with_rv(last, rev)
+                    })
+                    .await;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn set_default(m: &mut Map<String, Value>, k: &str, v: Value) {
+    if m.get(k).is_none_or(Value::is_null) {
+        m.insert(k.to_string(), v);
+    }
+}
+
+/// PodSpec defaults (SetDefaults_PodSpec and the containers').
+pub fn default_pod_spec(spec: &mut Value, is_pod: bool) {
+    let Some(m) = spec.as_object_mut() else {
+        return;
+    };
+    set_default(m, "restartPolicy", json!("Always"));
+    set_default(m, "dnsPolicy", json!("ClusterFirst"));
+    set_default(m, "schedulerName", json!("default-scheduler"));
+    set_default(m, "terminationGracePeriodSeconds", json!(30));
+    set_default(m, "securityContext", json!({}));
+    if is_pod {
+        set_default(m, "enableServiceLinks", json!(true));
+        set_default(m, "preemptionPolicy", json!("PreemptLowerPriority"));
+        set_default(m, "priority", json!(0));
+        set_default(m, "serviceAccountName", json!("default"));
+        if let Some(sa) = m.get("serviceAccountName").cloned() {
+            set_default(m, "serviceAccount", sa);
+        }
+        if m.get("tolerations").is_none() {
+            m.insert("tolerations".into(), json!([
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            ]));
+        }
+    }
+    for list in ["containers", "initContainers"] {
+        if let Some(cs) = m.get_mut(list).and_then(Value::as_array_mut) {
+            for c in cs {
+                default_container(c);
+            }
+        }
+    }
+}
+
+fn default_container(c: &mut Value) {
+    let Some(m) = c.as_object_mut() else { return };
+    set_default(m, "terminationMessagePath", json!("/dev/termination-log"));
+    set_default(m, "terminationMessagePolicy", json!("File"));
+    set_default(m, "resources", json!({}));
+    let image = m
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let last = image.rsplit('/').next().unwrap_or_default();
+    let latest = !image.contains('@') && (!last.contains(':') || last.ends_with(":latest"));
+    set_default(
+        m,
+        "imagePullPolicy",
+        json!(if latest { "Always" } else { "IfNotPresent" }),
+    );
+    if let Some(ports) = m.get_mut("ports").and_then(Value::as_array_mut) {
+        for p in ports {
+            if let Some(pm) = p.as_object_mut() {
+                set_default(pm, "protocol", json!("TCP"));
+            }
+        }
+    }
+}
+
+/// The pod's QoS class from its containers' requests and limits.
+pub fn qos_class(spec: Option<&Value>) -> &'static str {
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|k| spec.and_then(|s| s.get(*k)).and_then(Value::as_array))
+        .flatten()
+        .collect();
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in &containers {
+        let req = c.pointer("/resources/requests").and_then(Value::as_object);
+        let lim = c.pointer("/resources/limits").and_then(Value::as_object);
+        if req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty()) {
+            any = true;
+        }
+        for res in ["cpu", "memory"] {
+            let l = lim.and_then(|l| l.get(res));
+            let r = req.and_then(|r| r.get(res)).or(l);
+            if l.is_none() || r != l {
+                guaranteed = false;
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+fn default_service(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    set_default(spec, "type", json!("ClusterIP"));
+    set_default(spec, "sessionAffinity", json!("None"));
+    let ty = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP")
+        .to_string();
+    if ty != "ExternalName" {
+        if spec
+            .get("clusterIP")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            let ip = allocate_cluster_ip();
+            spec.insert("clusterIP".into(), json!(ip));
+            spec.insert("clusterIPs".into(), json!([ip]));
+        }
+        set_default(spec, "ipFamilies", json!(["IPv4"]));
+        set_default(spec, "ipFamilyPolicy", json!("SingleStack"));
+        set_default(spec, "internalTrafficPolicy", json!("Cluster"));
+    }
+    if ty == "NodePort" || ty == "LoadBalancer" {
+        set_default(spec, "externalTrafficPolicy", json!("Cluster"));
+    }
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for p in ports {
+            if let Some(pm) = p.as_object_mut() {
+                set_default(pm, "protocol", json!("TCP"));
+                if let Some(port) = pm.get("port").cloned() {
+                    set_default(pm, "targetPort", port);
+                }
+                if (ty == "NodePort" || ty == "LoadBalancer") && pm.get("nodePort").is_none() {
+                    let b = uuid::Uuid::new_v4().as_u128();
+                    pm.insert("nodePort".into(), json!(30000 + (b % 2768) as u64));
+                }
+            }
+        }
+    }
+}
+
+fn allocate_cluster_ip() -> String {
+    // A random address in 10.96.0.0/12, avoiding the network and .1.
+    let r = (uuid::Uuid::new_v4().as_u128() % ((1 << 20) - 2)) as u32 + 2;
+    let ip = (10u32 << 24) | (96u32 << 16) | r;
+    format!(
+        "{}.{}.{}.{}",
+        ip >> 24,
+        (ip >> 16) & 255,
+        (ip >> 8) & 255,
+        ip & 255
+    )
+}
+
+fn default_workload(kind: &str, obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    match kind {
+        "Deployment" => {
+            set_default(spec, "replicas", json!(1));
+            set_default(
+                spec,
+                "strategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
+            );
+            set_default(spec, "revisionHistoryLimit", json!(10));
+            set_default(spec, "progressDeadlineSeconds", json!(600));
+        }
+        "ReplicaSet" => set_default(spec, "replicas", json!(1)),
+        "StatefulSet" => {
+            set_default(spec, "replicas", json!(1));
+            set_default(spec, "podManagementPolicy", json!("OrderedReady"));
+            set_default(
+                spec,
+                "updateStrategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+            );
+            set_default(spec, "revisionHistoryLimit", json!(10));
+            set_default(
+                spec,
+                "persistentVolumeClaimRetentionPolicy",
+                json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+            );
+        }
+        "DaemonSet" => {
+            set_default(
+                spec,
+                "updateStrategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
+            );
+            set_default(spec, "revisionHistoryLimit", json!(10));
+        }
+        "Job" => {
+            if spec.get("completions").is_none() && spec.get("parallelism").is_none() {
+                spec.insert("completions".into(), json!(1));
+            }
+            set_default(spec, "parallelism", json!(1));
+            set_default(spec, "backoffLimit", json!(6));
+            set_default(spec, "completionMode", json!("NonIndexed"));
+            set_default(spec, "suspend", json!(false));
+            set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
+            if let Some(t) = spec.get_mut("template").and_then(|t| t.get_mut("spec")) {
+                if let Some(m) = t.as_object_mut() {
+                    set_default(m, "restartPolicy", json!("Never"));
+                }
+            }
+        }
+        "CronJob" => {
+            set_default(spec, "concurrencyPolicy", json!("Allow"));
+            set_default(spec, "suspend", json!(false));
+            set_default(spec, "successfulJobsHistoryLimit", json!(3));
+            set_default(spec, "failedJobsHistoryLimit", json!(1));
+            if let Some(t) = spec
+                .get_mut("jobTemplate")
+                .and_then(|t| t.pointer_mut("/spec/template/spec"))
+            {
+                default_pod_spec(t, false);
+            }
+        }
+        _ => {}
+    }
+    if let Some(t) = spec.get_mut("template").and_then(|t| t.get_mut("spec")) {
+        default_pod_spec(t, false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qos() {
+        assert_eq!(
+            qos_class(Some(&json!({"containers": [{"name": "a"}]}))),
+            "BestEffort"
+        );
+        let g = json!({"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]});
+        assert_eq!(qos_class(Some(&g)), "Guaranteed");
+        let b = json!({"containers": [{"resources": {"requests": {"cpu": "1"}}}]});
+        assert_eq!(qos_class(Some(&b)), "Burstable");
+    }
+}

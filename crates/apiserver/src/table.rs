@@ -1,0 +1,352 @@
+//! `as=Table` responses: the columns `kubectl get` prints.
+//!
+//! Every table starts with NAME; each row of the registry lists its further
+//! columns as data ([`Column`]), either a JSONPath-like field path (how CRDs'
+//! `additionalPrinterColumns` work) or a small named function for the
+//! built-in columns that need computing (pods' READY, STATUS, RESTARTS).
+
+use serde_json::{Value, json};
+
+/// How a column's cell is computed.
+#[derive(Clone, Debug)]
+pub enum CellSource {
+    /// Age from `metadata.creationTimestamp`.
+    Age,
+    /// A simple JSONPath (`.spec.replicas`, `.status.conditions[0].type`).
+    Path(String),
+    /// A built-in computation.
+    Func(fn(&Value) -> Value),
+}
+
+/// One table column.
+#[derive(Clone, Debug)]
+pub struct Column {
+    /// Column name as kubectl prints it (upper-cased by kubectl).
+    pub name: String,
+    /// `string`, `integer`, `number`, `boolean` or `date`.
+    pub type_: String,
+    /// OpenAPI format hint (`name` for the NAME column).
+    pub format: String,
+    /// Description.
+    pub description: String,
+    /// 0 = default columns, 1 = `-o wide`.
+    pub priority: i32,
+    /// Where the value comes from.
+    pub source: CellSource,
+}
+
+impl Column {
+    /// A built-in computed column.
+    pub fn func(name: &str, type_: &str, priority: i32, f: fn(&Value) -> Value) -> Column {
+        Column {
+            name: name.to_string(),
+            type_: type_.to_string(),
+            format: String::new(),
+            description: String::new(),
+            priority,
+            source: CellSource::Func(f),
+        }
+    }
+
+    /// A field-path column.
+    pub fn path(name: &str, type_: &str, priority: i32, path: &str) -> Column {
+        Column {
+            name: name.to_string(),
+            type_: type_.to_string(),
+            format: String::new(),
+            description: String::new(),
+            priority,
+            source: CellSource::Path(path.to_string()),
+        }
+    }
+
+    /// The AGE column.
+    pub fn age() -> Column {
+        Column {
+            name: "Age".to_string(),
+            type_: "date".to_string(),
+            format: String::new(),
+            description: "CreationTimestamp is a timestamp representing the server time when this object was created.".to_string(),
+            priority: 0,
+            source: CellSource::Age,
+        }
+    }
+
+    fn cell(&self, obj: &Value, now: jiff::Timestamp) -> Value {
+        match &self.source {
+            CellSource::Age => Value::String(age(obj.pointer("/metadata/creationTimestamp"), now)),
+            CellSource::Func(f) => f(obj),
+            CellSource::Path(p) => {
+                let v = json_path(obj, p);
+                match (self.type_.as_str(), v) {
+                    (_, None) | (_, Some(Value::Null)) => Value::Null,
+                    ("date", Some(v)) => Value::String(age(Some(&v), now)),
+                    (_, Some(v)) => v,
+                }
+            }
+        }
+    }
+}
+
+/// Evaluate a simple JSONPath: `.a.b`, `.a[0].b`, `.a[*].b` (joined by `,`),
+/// with or without braces, as printer columns use them.
+pub fn json_path(obj: &Value, path: &str) -> Option<Value> {
+    let p = path
+        .trim()
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .trim();
+    let p = p.strip_prefix('$').unwrap_or(p);
+    let mut current: Vec<&Value> = vec![obj];
+    for seg in split_path(p) {
+        let mut next = Vec::new();
+        for v in current {
+            match seg {
+                Seg::Field(f) => {
+                    if let Some(x) = v.get(f) {
+                        next.push(x);
+                    }
+                }
+                Seg::Index(i) => {
+                    if let Some(x) = v.as_array().and_then(|a| {
+                        if i < 0 {
+                            a.len()
+                                .checked_sub(i.unsigned_abs() as usize)
+                                .and_then(|j| a.get(j))
+                        } else {
+                            a.get(i as usize)
+                        }
+                    }) {
+                        next.push(x);
+                    }
+                }
+                Seg::All => {
+                    if let Some(a) = v.as_array() {
+                        next.extend(a.iter());
+                    }
+                }
+            }
+        }
+        current = next;
+    }
+    match current.len() {
+        0 => None,
+        1 => Some(current[0].clone()),
+        _ => Some(Value::String(
+            current
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+        )),
+    }
+}
+
+enum Seg<'a> {
+    Field(&'a str),
+    Index(i64),
+    All,
+}
+
+fn split_path(p: &str) -> Vec<Seg<'_>> {
+    let mut out = Vec::new();
+    for part in p.split('.') {
+        if part.is_empty() {
+            continue;
+        }
+        let (name, rest) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !name.is_empty() {
+            out.push(Seg::Field(name));
+        }
+        for idx in rest.split('[').filter(|s| !s.is_empty()) {
+            let idx = idx.trim_end_matches(']');
+            if idx == "*" {
+                out.push(Seg::All);
+            } else if let Ok(i) = idx.parse::<i64>() {
+                out.push(Seg::Index(i));
+            }
+        }
+    }
+    out
+}
+
+/// Human-readable age the way kubectl prints it (`duration.HumanDuration`).
+pub fn age(ts: Option<&Value>, now: jiff::Timestamp) -> String {
+    let Some(t) = ts
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+    else {
+        return "<unknown>".to_string();
+    };
+    let secs = now.as_second() - t.as_second();
+    human_duration(secs)
+}
+
+/// `k8s.io/apimachinery/pkg/util/duration.HumanDuration` on whole seconds.
+pub fn human_duration(secs: i64) -> String {
+    if secs < -1 {
+        return "<invalid>".to_string();
+    }
+    let secs = secs.max(0);
+    if secs < 120 {
+        return format!("{secs}s");
+    }
+    let minutes = secs / 60;
+    if minutes < 10 {
+        let s = secs % 60;
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = minutes / 60;
+    if hours < 8 {
+        let m = minutes % 60;
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 192 {
+        let h = hours % 24;
+        let d = hours / 24;
+        return if h == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{h}h")
+        };
+    }
+    let days = hours / 24;
+    if days < 365 * 2 {
+        return format!("{days}d");
+    }
+    let years = days / 365;
+    if years < 8 {
+        let d = days % 365;
+        return if d == 0 {
+            format!("{years}y")
+        } else {
+            format!("{years}y{d}d")
+        };
+    }
+    format!("{years}y")
+}
+
+/// What the row's `object` field carries (`includeObject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IncludeObject {
+    /// No object.
+    None,
+    /// `PartialObjectMetadata` (the default).
+    Metadata,
+    /// The whole object.
+    Object,
+}
+
+impl IncludeObject {
+    /// Parse the `includeObject` query parameter.
+    pub fn parse(s: Option<&str>) -> IncludeObject {
+        match s {
+            Some("None") => IncludeObject::None,
+            Some("Object") => IncludeObject::Object,
+            _ => IncludeObject::Metadata,
+        }
+    }
+}
+
+/// The `columnDefinitions` of a resource's table.
+pub fn column_definitions(columns: &[Column]) -> Value {
+    let mut defs = vec![json!({
+        "name": "Name", "type": "string", "format": "name", "priority": 0,
+        "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+    })];
+    for c in columns {
+        defs.push(json!({
+            "name": c.name, "type": c.type_, "format": c.format,
+            "description": c.description, "priority": c.priority,
+        }));
+    }
+    Value::Array(defs)
+}
+
+/// One table row for an object.
+pub fn row(columns: &[Column], obj: &Value, include: IncludeObject, now: jiff::Timestamp) -> Value {
+    let mut cells = Vec::with_capacity(columns.len() + 1);
+    cells.push(
+        obj.pointer("/metadata/name")
+            .cloned()
+            .unwrap_or(Value::Null),
+    );
+    for c in columns {
+        cells.push(c.cell(obj, now));
+    }
+    let mut row = json!({ "cells": cells });
+    match include {
+        IncludeObject::None => {}
+        IncludeObject::Object => row["object"] = obj.clone(),
+        IncludeObject::Metadata => {
+            row["object"] = json!({
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
+            })
+        }
+    }
+    row
+}
+
+/// A whole `Table` object.
+pub fn table(
+    columns: &[Column],
+    objects: &[Value],
+    include: IncludeObject,
+    list_meta: Value,
+) -> Value {
+    let now = jiff::Timestamp::now();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": column_definitions(columns),
+        "rows": objects.iter().map(|o| row(columns, o, include, now)).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human_duration(5), "5s");
+        assert_eq!(human_duration(125), "2m5s");
+        assert_eq!(human_duration(600), "10m");
+        assert_eq!(human_duration(3 * 3600 + 60), "3h1m");
+        assert_eq!(human_duration(30 * 3600), "30h");
+        assert_eq!(human_duration(3 * 86400 + 3600), "3d1h");
+        assert_eq!(human_duration(100 * 86400), "100d");
+    }
+
+    #[test]
+    fn json_paths() {
+        let v = json!({"spec":{"a":[{"b":1},{"b":2}],"s":"x"}});
+        assert_eq!(json_path(&v, ".spec.s"), Some(json!("x")));
+        assert_eq!(json_path(&v, ".spec.a[1].b"), Some(json!(2)));
+        assert_eq!(json_path(&v, "{.spec.a[*].b}"), Some(json!("1,2")));
+        assert_eq!(json_path(&v, ".spec.missing"), None);
+    }
+}

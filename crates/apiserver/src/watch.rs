@@ -1,0 +1,222 @@
+//! WATCH: newline-delimited JSON events (ADDED, MODIFIED, DELETED, BOOKMARK,
+//! ERROR) streamed from the store's watch, filtered by label and field
+//! selectors the way kube-apiserver filters them (an object leaving the
+//! selection is reported as DELETED, one entering it as ADDED).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Response, StatusCode, header};
+use kubeforge_apimachinery::{fields::FieldSelector, labels::Selector};
+use kubeforge_store::{Event, EventKind, StoreError};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::body::ApiBody;
+use crate::codec::Accept;
+use crate::error::{ApiError, ApiResult};
+use crate::registry::ResourceDef;
+use crate::rest::{Ctx, matches};
+use crate::table::{self, IncludeObject};
+
+/// How often a bookmark is sent when the client allows them.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+/// Default and largest watch duration.
+const MAX_TIMEOUT: u64 = 1800;
+
+struct Renderer {
+    def: Arc<ResourceDef>,
+    accept: Accept,
+    include: IncludeObject,
+    labels: Selector,
+    fields: FieldSelector,
+    filtering: bool,
+}
+
+impl Renderer {
+    fn object(&self, bytes: &Bytes) -> Bytes {
+        if let Some(c) = &self.def.custom {
+            if c.storage_version != self.def.version {
+                if let Ok(mut v) = serde_json::from_slice::<Value>(bytes) {
+                    v["apiVersion"] = json!(self.def.api_version());
+                    return Bytes::from(v.to_string());
+                }
+            }
+        }
+        bytes.clone()
+    }
+
+    fn event(&self, ty: &str, bytes: &Bytes) -> Bytes {
+        let obj = self.object(bytes);
+        let mut out = Vec::with_capacity(obj.len() + 32);
+        out.extend_from_slice(b"{\"type\":\"");
+        out.extend_from_slice(ty.as_bytes());
+        out.extend_from_slice(b"\",\"object\":");
+        if self.accept.table || self.accept.metadata_only {
+            let v: Value = serde_json::from_slice(&obj).unwrap_or(Value::Null);
+            let wrapped = if self.accept.table {
+                let rv = v
+                    .pointer("/metadata/resourceVersion")
+                    .cloned()
+                    .unwrap_or(json!(""));
+                table::table(
+                    &self.def.columns,
+                    std::slice::from_ref(&v),
+                    self.include,
+                    json!({"resourceVersion": rv}),
+                )
+            } else {
+                json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": v.get("metadata")})
+            };
+            out.extend_from_slice(wrapped.to_string().as_bytes());
+        } else {
+            out.extend_from_slice(&obj);
+        }
+        out.extend_from_slice(b"}\n");
+        Bytes::from(out)
+    }
+
+    fn selected(&self, bytes: &Bytes) -> bool {
+        if !self.filtering {
+            return true;
+        }
+        serde_json::from_slice::<Value>(bytes)
+            .is_ok_and(|v| matches(&v, &self.labels, &self.fields))
+    }
+
+    /// The wire event for a store event, if this watcher sees it.
+    fn translate(&self, e: &Event) -> Option<Bytes> {
+        match e.kind {
+            EventKind::Delete => {
+                let was = e.prev.as_ref().is_some_and(|p| self.selected(&p.value));
+                was.then(|| self.event("DELETED", &e.kv.value))
+            }
+            EventKind::Put => {
+                let now = self.selected(&e.kv.value);
+                let before = e.prev.as_ref().map(|p| self.selected(&p.value));
+                match (before, now) {
+                    (None, true) | (Some(false), true) => Some(self.event("ADDED", &e.kv.value)),
+                    (Some(true), true) => Some(self.event("MODIFIED", &e.kv.value)),
+                    (Some(true), false) => Some(self.event("DELETED", &e.kv.value)),
+                    _ => None,
+                }
+            }
+        }
+    }
+
+    fn bookmark(&self, rev: u64, initial_end: bool) -> Bytes {
+        let mut meta = json!({"resourceVersion": rev.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj =
+            json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": meta});
+        Bytes::from(format!("{}\n", json!({"type": "BOOKMARK", "object": obj})))
+    }
+}
+
+fn error_event(e: &ApiError) -> Bytes {
+    Bytes::from(format!(
+        "{}\n",
+        json!({"type": "ERROR", "object": e.to_status()})
+    ))
+}
+
+/// Serve `?watch=true`.
+pub async fn watch(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
+    let (labels, fields) = ctx.selectors()?;
+    let store = ctx.server.store().clone();
+    let prefix = ctx.def.collection_prefix(ctx.ns.as_deref());
+    let rv = ctx.query.get("resourceVersion").filter(|s| !s.is_empty());
+    let send_initial = ctx.query.flag("sendInitialEvents");
+    let bookmarks = ctx.query.flag("allowWatchBookmarks");
+    let timeout = ctx
+        .query
+        .int("timeoutSeconds")?
+        .map(|t| t.clamp(0, MAX_TIMEOUT as i64) as u64)
+        .unwrap_or(MAX_TIMEOUT);
+    let renderer = Renderer {
+        def: ctx.def.clone(),
+        accept: ctx.accept.clone(),
+        include: IncludeObject::parse(ctx.query.get("includeObject")),
+        filtering: !labels.is_everything() || !fields.is_everything(),
+        labels,
+        fields,
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    let (initial, start) = match rv {
+        Some(rv) if rv != "0" && !send_initial => {
+            let rev: u64 = rv
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?;
+            (Vec::new(), rev)
+        }
+        _ => {
+            let r = store.range(&prefix, None, 0);
+            (r.kvs, r.revision)
+        }
+    };
+    let watcher = store.watch(&prefix, start);
+    tokio::spawn(async move {
+        let mut watcher = match watcher {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = tx.send(error_event(&ApiError::from(e))).await;
+                return;
+            }
+        };
+        for kv in &initial {
+            if renderer.selected(&kv.value)
+                && tx.send(renderer.event("ADDED", &kv.value)).await.is_err()
+            {
+                return;
+            }
+        }
+        if send_initial && tx.send(renderer.bookmark(start, true)).await.is_err() {
+            return;
+        }
+        let deadline = tokio::time::sleep(Duration::from_secs(timeout));
+        tokio::pin!(deadline);
+        let mut ticker = tokio::time::interval(BOOKMARK_EVERY);
+        ticker.tick().await;
+        let mut last = start;
+        loop {
+            tokio::select! {
+                () = &mut deadline => return,
+                _ = ticker.tick(), if bookmarks => {
+                    if tx.send(renderer.bookmark(last, false)).await.is_err() {
+                        return;
+                    }
+                }
+                () = tx.closed() => return,
+                ev = watcher.next() => match ev {
+                    None => return,
+                    Some(Err(e)) => {
+                        let err = match e {
+                            StoreError::Compacted { .. } => ApiError::expired("too old resource version: the watch fell behind"),
+                            other => ApiError::from(other),
+                        };
+                        let _ = tx.send(error_event(&err)).await;
+                        return;
+                    }
+                    Some(Ok(e)) => {
+                        last = e.kv.mod_revision;
+                        if let Some(b) = renderer.translate(&e) {
+                            if tx.send(b).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                },
+            }
+        }
+    });
+    let mut resp = Response::new(ApiBody::Stream(rx));
+    *resp.status_mut() = StatusCode::OK;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    Ok(resp)
+}

@@ -1,0 +1,142 @@
+//! The `kubeforge` command.
+//!
+//! `kubeforge up` runs the embedded control plane on loopback with its state
+//! in `.kubeforge/`; `kubeforge apiserver` runs just the API server.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use kubeforge_apiserver::ApiServer;
+use kubeforge_store::{DurableOptions, Store};
+
+#[derive(Parser)]
+#[command(
+    name = "kubeforge",
+    version,
+    about = "An embedded Kubernetes control plane and tools for extending Kubernetes"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the embedded control plane (state in .kubeforge/ by default).
+    Up(ServeArgs),
+    /// Run only the API server.
+    Apiserver(ServeArgs),
+}
+
+#[derive(Args, Clone)]
+struct ServeArgs {
+    /// Address to listen on (loopback by default; port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+    /// Directory for the durable store and the kubeconfig.
+    #[arg(long, default_value = ".kubeforge")]
+    data_dir: PathBuf,
+    /// Keep everything in memory (nothing survives a restart).
+    #[arg(long)]
+    memory: bool,
+    /// Skip fsync on commit (faster, but a crash may lose acknowledged writes).
+    #[arg(long)]
+    no_fsync: bool,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KUBEFORGE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    match cli.command {
+        Command::Up(args) => rt.block_on(serve(args, true)),
+        Command::Apiserver(args) => rt.block_on(serve(args, false)),
+    }
+}
+
+async fn serve(args: ServeArgs, up: bool) -> Result<()> {
+    let started = Instant::now();
+    std::fs::create_dir_all(&args.data_dir).with_context(|| {
+        format!(
+            "creating the data directory {}; pass --data-dir to use another",
+            args.data_dir.display()
+        )
+    })?;
+    let store = if args.memory {
+        Store::memory()
+    } else {
+        let opts = DurableOptions {
+            fsync: !args.no_fsync,
+            ..DurableOptions::default()
+        };
+        Store::open(&args.data_dir.join("store"), opts)
+            .await
+            .with_context(|| {
+                format!(
+                    "opening the store in {}",
+                    args.data_dir.join("store").display()
+                )
+            })?
+    };
+    let server = ApiServer::new(store.clone())
+        .await
+        .map_err(|e| anyhow::anyhow!("starting the API server: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| {
+        format!("listening on {}: is another kubeforge running? pass --listen 127.0.0.1:0 for a free port", args.listen)
+    })?;
+    let addr = listener
+        .local_addr()
+        .context("reading the listener address")?;
+    let kubeconfig = write_kubeconfig(&args.data_dir, addr)?;
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let serving = tokio::spawn(server.serve(listener, shutdown));
+    let what = if up { "control plane" } else { "API server" };
+    println!(
+        "kubeforge {what} ready in {} ms",
+        started.elapsed().as_millis()
+    );
+    println!("  API server: http://{addr}");
+    println!(
+        "  store:      {}",
+        if args.memory {
+            "memory".to_string()
+        } else {
+            args.data_dir.join("store").display().to_string()
+        }
+    );
+    println!();
+    println!("export KUBECONFIG={}", kubeconfig.display());
+    println!();
+    println!("Try: kubectl get ns");
+    serving
+        .await
+        .context("the server task failed")?
+        .context("serving HTTP")?;
+    store.close().await;
+    println!("kubeforge stopped");
+    Ok(())
+}
+
+fn write_kubeconfig(dir: &Path, addr: SocketAddr) -> Result<PathBuf> {
+    let path =
+        std::path::absolute(dir.join("kubeconfig")).context("resolving the kubeconfig path")?;
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kubeforge\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: kubeforge\n  context:\n    cluster: kubeforge\n    user: kubeforge\n    namespace: default\ncurrent-context: kubeforge\nusers:\n- name: kubeforge\n  user: {{}}\n"
+    );
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Run every test of the workspace on a fresh machine: installs what the tests
+# need (Python's kubernetes client), checks the kubectl binaries the tests
+# drive, then builds and runs the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need() { command -v "$1" >/dev/null 2>&1 || { echo "test-all: '$1' is required but not installed: $2" >&2; exit 1; }; }
+need cargo "install Rust (rustup) first"
+need kubectl "the tests drive the real kubectl; install it (kubectl 1.27-1.33 beside it as kubectl.1.XX)"
+need python3 "the Python client tests need python3"
+
+if ! python3 -c 'import kubernetes' 2>/dev/null; then
+  echo "test-all: installing the Python kubernetes client"
+  python3 -m pip install --quiet --disable-pip-version-check 'kubernetes==33.1.0'
+fi
+
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+cargo build --workspace --all-targets --locked
+cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-4}"
