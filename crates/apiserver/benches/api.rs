@@ -81,6 +81,7 @@ async fn creates(label: &str, store: Store, total: usize) {
     let mut tasks = Vec::new();
     for w in 0..concurrency {
         let pods = pods.clone();
+        let label = label.to_string();
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::with_capacity(per);
             for i in 0..per {

@@ -167,10 +167,8 @@ pub fn respond_value(code: StatusCode, v: &Value) -> Response<ApiBody> {
 pub fn respond_error(e: &ApiError) -> Response<ApiBody> {
     let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut r = respond_value(code, &e.to_status());
-    if let Some(secs) = e.retry_after {
-        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-            r.headers_mut().insert(header::RETRY_AFTER, v);
-        }
+    if let Some(v) = e.details.retry_after.and_then(|secs| HeaderValue::from_str(&secs.to_string()).ok()) {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
     }
     r
 }

@@ -195,10 +195,8 @@ fn storage_version(crd: &Value) -> Option<String> {
 fn established_status(crd: &Value, old_stored: &[Value]) -> Value {
     let now = crate::object::now_rfc3339();
     let mut stored: Vec<Value> = old_stored.to_vec();
-    if let Some(sv) = storage_version(crd) {
-        if !stored.iter().any(|s| s == &json!(sv)) {
-            stored.push(json!(sv));
-        }
+    if let Some(sv) = storage_version(crd).filter(|sv| !stored.iter().any(|s| s == &json!(sv))) {
+        stored.push(json!(sv));
     }
     json!({
         "acceptedNames": accepted_names(crd),

@@ -24,12 +24,13 @@ pub struct OpenApiCache {
 
 impl OpenApiCache {
     fn get_or(&self, key: &str, generation: u64, build: impl FnOnce() -> Bytes) -> Bytes {
-        if let Ok(docs) = self.docs.lock() {
-            if let Some((g, b)) = docs.get(key) {
-                if *g == generation {
-                    return b.clone();
-                }
-            }
+        if let Some((_, b)) = self
+            .docs
+            .lock()
+            .ok()
+            .and_then(|docs| docs.get(key).filter(|(g, _)| *g == generation).cloned())
+        {
+            return b;
         }
         let b = build();
         if let Ok(mut docs) = self.docs.lock() {

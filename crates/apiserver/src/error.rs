@@ -28,6 +28,13 @@ pub struct ApiError {
     pub reason: &'static str,
     /// Message shown to users.
     pub message: String,
+    /// `details`, boxed to keep `Result<_, ApiError>` small.
+    pub details: Box<Details>,
+}
+
+/// The `details` of a `Status`.
+#[derive(Clone, Debug, Default)]
+pub struct Details {
     /// `details.name`.
     pub name: Option<String>,
     /// `details.group`.
@@ -69,18 +76,14 @@ impl ApiError {
             code,
             reason,
             message: message.into(),
-            name: None,
-            group: None,
-            kind: None,
-            causes: Vec::new(),
-            retry_after: None,
+            details: Box::default(),
         }
     }
 
     fn with_target(mut self, gr: GroupResource<'_>, name: &str) -> Self {
-        self.name = Some(name.to_string());
-        self.group = Some(gr.group.to_string());
-        self.kind = Some(gr.resource.to_string());
+        self.details.name = Some(name.to_string());
+        self.details.group = Some(gr.group.to_string());
+        self.details.kind = Some(gr.resource.to_string());
         self
     }
 
@@ -96,7 +99,7 @@ impl ApiError {
             "NotFound",
             "the server could not find the requested resource",
         );
-        e.causes.push(Cause {
+        e.details.causes.push(Cause {
             reason: "UnexpectedServerResponse".into(),
             message: "404 page not found".into(),
             field: String::new(),
@@ -161,10 +164,10 @@ impl ApiError {
             "Invalid",
             format!("{qualified} \"{name}\" is invalid: {summary}"),
         );
-        e.name = Some(name.to_string());
-        e.group = Some(group.to_string());
-        e.kind = Some(kind.to_string());
-        e.causes = causes;
+        e.details.name = Some(name.to_string());
+        e.details.group = Some(group.to_string());
+        e.details.kind = Some(kind.to_string());
+        e.details.causes = causes;
         e
     }
 
@@ -190,8 +193,8 @@ impl ApiError {
             "MethodNotAllowed",
             format!("{verb} is not supported on resources of kind \"{gr}\""),
         );
-        e.group = Some(gr.group.to_string());
-        e.kind = Some(gr.resource.to_string());
+        e.details.group = Some(gr.group.to_string());
+        e.details.kind = Some(gr.resource.to_string());
         e
     }
 
@@ -239,7 +242,7 @@ impl ApiError {
             "InternalError",
             format!("Internal error occurred: {m}"),
         );
-        e.causes.push(Cause {
+        e.details.causes.push(Cause {
             reason: String::new(),
             message: m,
             field: String::new(),
@@ -250,7 +253,7 @@ impl ApiError {
     /// 429 TooManyRequests.
     pub fn too_many_requests(message: impl Into<String>, retry_after: u32) -> Self {
         let mut e = Self::new(429, "TooManyRequests", message);
-        e.retry_after = Some(retry_after);
+        e.details.retry_after = Some(retry_after);
         e
     }
 
@@ -262,19 +265,18 @@ impl ApiError {
     /// The `Status` object for this error.
     pub fn to_status(&self) -> Value {
         let mut details = serde_json::Map::new();
-        if let Some(n) = &self.name {
+        if let Some(n) = &self.details.name {
             details.insert("name".into(), json!(n));
         }
-        if let Some(g) = &self.group {
-            if !g.is_empty() {
-                details.insert("group".into(), json!(g));
-            }
+        if let Some(g) = self.details.group.as_ref().filter(|g| !g.is_empty()) {
+            details.insert("group".into(), json!(g));
         }
-        if let Some(k) = &self.kind {
+        if let Some(k) = &self.details.kind {
             details.insert("kind".into(), json!(k));
         }
-        if !self.causes.is_empty() {
+        if !self.details.causes.is_empty() {
             let causes: Vec<Value> = self
+                .details
                 .causes
                 .iter()
                 .map(|c| {
@@ -291,7 +293,7 @@ impl ApiError {
                 .collect();
             details.insert("causes".into(), Value::Array(causes));
         }
-        if let Some(r) = self.retry_after {
+        if let Some(r) = self.details.retry_after {
             details.insert("retryAfterSeconds".into(), json!(r));
         }
         let mut status = json!({

@@ -237,7 +237,7 @@ fn apply(
                 .collect::<Vec<_>>()
                 .join("\n")
         );
-        e.causes = causes;
+        e.details.causes = causes;
         return Err(e);
     }
     // Forced: the other managers lose the fields taken over.

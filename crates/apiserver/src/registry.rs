@@ -331,7 +331,7 @@ impl Registry {
         }
         out.sort_by_key(|(g, _)| (crate::builtin::group_rank(g), g.clone()));
         for (_, vs) in &mut out {
-            vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+            vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         }
         out
     }

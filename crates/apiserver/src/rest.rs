@@ -618,13 +618,12 @@ pub(crate) async fn create_object(
             }
         }
     }
-    if let Some(path_name) = &ctx.name {
-        if *path_name != name {
+    if let Some(path_name) = &ctx.name
+        && *path_name != name {
             return Err(ApiError::bad_request(format!(
                 "the name of the object ({name}) does not match the name on the URL ({path_name})"
             )));
         }
-    }
     check_namespace(ctx, &name)?;
     crate::strategy::prepare_create(ctx, &mut obj);
     validate(ctx, &mut obj, &name)?;
@@ -706,11 +705,10 @@ pub(crate) async fn update_object(
             meta_str(&obj, "name").unwrap_or_default()
         )));
     }
-    if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty()) {
-        if rv != current.mod_revision.to_string() {
+    if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty())
+        && rv != current.mod_revision.to_string() {
             return Err(ApiError::stale(ctx.def.gr(), name));
         }
-    }
     let old: Value =
         serde_json::from_slice(&current.value).map_err(|e| ApiError::internal(e.to_string()))?;
     if ctx.def.namespaced {
@@ -971,8 +969,8 @@ pub(crate) async fn delete_object(
                 ));
             }
         }
-        if let Some(rv) = &opts.resource_version {
-            if *rv != current.mod_revision.to_string() {
+        if let Some(rv) = &opts.resource_version
+            && *rv != current.mod_revision.to_string() {
                 return Err(ApiError::conflict(
                     ctx.def.gr(),
                     name,
@@ -982,7 +980,6 @@ pub(crate) async fn delete_object(
                     ),
                 ));
             }
-        }
         let mut finalizers: Vec<Value> = obj
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
@@ -997,11 +994,10 @@ pub(crate) async fn delete_object(
         if deleting {
             return Ok((StatusCode::ACCEPTED, current.value));
         }
-        if let Some(f) = extra {
-            if ctx.server.gc_enabled() && !finalizers.iter().any(|x| x == f) {
+        if let Some(f) = extra
+            && ctx.server.gc_enabled() && !finalizers.iter().any(|x| x == f) {
                 finalizers.push(json!(f));
             }
-        }
         if crate::strategy::graceful_delete(ctx, &mut obj) || !finalizers.is_empty() {
             if ctx.dry_run() {
                 return Ok((StatusCode::ACCEPTED, current.value));

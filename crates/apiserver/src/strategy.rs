@@ -66,8 +66,8 @@ pub fn prepare_update(ctx: &Ctx<'_>, obj: &mut Value, old: &Value) {
         }
         Strategy::Service => {
             // The cluster IP is immutable once allocated.
-            if let Some(ip) = old.pointer("/spec/clusterIP").cloned() {
-                if obj
+            if let Some(ip) = old.pointer("/spec/clusterIP").cloned()
+                && obj
                     .pointer("/spec/clusterIP")
                     .is_none_or(|v| v.as_str() == Some(""))
                 {
@@ -77,21 +77,18 @@ pub fn prepare_update(ctx: &Ctx<'_>, obj: &mut Value, old: &Value) {
                         .cloned()
                         .unwrap_or(json!([ip]));
                 }
-            }
             default_service(obj);
         }
         Strategy::Workload => default_workload(&ctx.def.kind, obj),
         Strategy::Namespace => {
-            if let Some(phase) = old.pointer("/status/phase").cloned() {
-                if obj.pointer("/status/phase").is_none() {
+            if let Some(phase) = old.pointer("/status/phase").cloned()
+                && obj.pointer("/status/phase").is_none() {
                     obj["status"] = json!({"phase": phase});
                 }
-            }
-            if obj.get("spec").is_none() {
-                if let Some(s) = old.get("spec") {
+            if obj.get("spec").is_none()
+                && let Some(s) = old.get("spec") {
                     obj["spec"] = s.clone();
                 }
-            }
         }
         _ => {}
     }
@@ -382,11 +379,10 @@ fn default_workload(kind: &str, obj: &mut Value) {
             set_default(spec, "completionMode", json!("NonIndexed"));
             set_default(spec, "suspend", json!(false));
             set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
-            if let Some(t) = spec.get_mut("template").and_then(|t| t.get_mut("spec")) {
-                if let Some(m) = t.as_object_mut() {
+            if let Some(t) = spec.get_mut("template").and_then(|t| t.get_mut("spec"))
+                && let Some(m) = t.as_object_mut() {
                     set_default(m, "restartPolicy", json!("Never"));
                 }
-            }
         }
         "CronJob" => {
             set_default(spec, "concurrencyPolicy", json!("Allow"));

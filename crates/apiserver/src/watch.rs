@@ -36,14 +36,12 @@ struct Renderer {
 
 impl Renderer {
     fn object(&self, bytes: &Bytes) -> Bytes {
-        if let Some(c) = &self.def.custom {
-            if c.storage_version != self.def.version {
-                if let Ok(mut v) = serde_json::from_slice::<Value>(bytes) {
+        if let Some(c) = &self.def.custom
+            && c.storage_version != self.def.version
+                && let Ok(mut v) = serde_json::from_slice::<Value>(bytes) {
                     v["apiVersion"] = json!(self.def.api_version());
                     return Bytes::from(v.to_string());
                 }
-            }
-        }
         bytes.clone()
     }
 
@@ -202,11 +200,10 @@ pub async fn watch(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
                     }
                     Some(Ok(e)) => {
                         last = e.kv.mod_revision;
-                        if let Some(b) = renderer.translate(&e) {
-                            if tx.send(b).await.is_err() {
+                        if let Some(b) = renderer.translate(&e)
+                            && tx.send(b).await.is_err() {
                                 return;
                             }
-                        }
                     }
                 },
             }
