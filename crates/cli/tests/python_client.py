@@ -1,0 +1,105 @@
+"""Drive kubeforge with the official Python client (kubernetes package).
+
+Usage: python3 python_client.py KUBECONFIG. Exits non-zero on the first
+failed check (assertions), printing what went wrong.
+"""
+import sys
+import time
+
+from kubernetes import client, config, dynamic, watch
+from kubernetes.client.rest import ApiException
+
+
+def main(kubeconfig):
+    config.load_kube_config(config_file=kubeconfig)
+    core = client.CoreV1Api()
+    apps = client.AppsV1Api()
+
+    names = [n.metadata.name for n in core.list_namespace().items]
+    assert "default" in names, names
+
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="py")))
+    cm = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c", labels={"a": "1"}), data={"k": "v"})
+    created = core.create_namespaced_config_map("py", cm)
+    assert created.metadata.resource_version, created
+    try:
+        core.create_namespaced_config_map("py", cm)
+        raise AssertionError("duplicate create succeeded")
+    except ApiException as e:
+        assert e.status == 409 and "AlreadyExists" in e.body, (e.status, e.body)
+
+    patched = core.patch_namespaced_config_map("c", "py", {"data": {"k2": "v2"}})
+    assert patched.data == {"k": "v", "k2": "v2"}, patched.data
+    got = core.read_namespaced_config_map("c", "py")
+    assert got.data["k2"] == "v2"
+    sel = core.list_namespaced_config_map("py", label_selector="a=1")
+    assert [c.metadata.name for c in sel.items] == ["c"]
+
+    dep = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "c", "image": "nginx:1.25"}]}}},
+    }
+    apps.create_namespaced_deployment("py", dep)
+    # Strategic merge patch on a built-in kind: containers merge by name.
+    apps.patch_namespaced_deployment("web", "py", {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}})
+    d = apps.read_namespaced_deployment("web", "py")
+    assert [c.image for c in d.spec.template.spec.containers] == ["nginx:1.27"], d.spec.template.spec.containers
+    scale = apps.read_namespaced_deployment_scale("web", "py")
+    assert scale.spec.replicas == 1
+
+    # Watch sees a change made after it started.
+    w = watch.Watch()
+    seen = []
+    rv = core.list_namespaced_config_map("py").metadata.resource_version
+    core.create_namespaced_config_map("py", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="w")))
+    for ev in w.stream(core.list_namespaced_config_map, "py", resource_version=rv, timeout_seconds=5):
+        seen.append((ev["type"], ev["object"].metadata.name))
+        if ev["object"].metadata.name == "w":
+            w.stop()
+    assert ("ADDED", "w") in seen, seen
+
+    # CRD and custom objects.
+    ext = client.ApiextensionsV1Api()
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "crontabs.stable.example.com"},
+        "spec": {"group": "stable.example.com", "scope": "Namespaced",
+                 "names": {"plural": "crontabs", "singular": "crontab", "kind": "CronTab", "shortNames": ["ct"]},
+                 "versions": [{"name": "v1", "served": True, "storage": True,
+                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                                   "spec": {"type": "object", "properties": {"cronSpec": {"type": "string"}, "image": {"type": "string"}}}}}}}]},
+    }
+    ext.create_custom_resource_definition(crd)
+    custom = client.CustomObjectsApi()
+    obj = {"apiVersion": "stable.example.com/v1", "kind": "CronTab", "metadata": {"name": "ct1"}, "spec": {"cronSpec": "* * * * */5"}}
+    custom.create_namespaced_custom_object("stable.example.com", "v1", "py", "crontabs", obj)
+    custom.patch_namespaced_custom_object("stable.example.com", "v1", "py", "crontabs", "ct1", {"spec": {"image": "img"}})
+    got = custom.get_namespaced_custom_object("stable.example.com", "v1", "py", "crontabs", "ct1")
+    assert got["spec"] == {"cronSpec": "* * * * */5", "image": "img"}, got
+    try:
+        custom.create_namespaced_custom_object("stable.example.com", "v1", "py", "crontabs",
+                                               {"apiVersion": "stable.example.com/v1", "kind": "CronTab", "metadata": {"name": "bad"}, "spec": {"cronSpec": 5}})
+        raise AssertionError("invalid CronTab accepted")
+    except ApiException as e:
+        assert e.status == 422 and "spec.cronSpec" in e.body, (e.status, e.body)
+
+    # The dynamic client discovers the custom resource.
+    dyn = dynamic.DynamicClient(client.ApiClient())
+    crontabs = dyn.resources.get(api_version="stable.example.com/v1", kind="CronTab")
+    items = crontabs.get(namespace="py").items
+    assert [i.metadata.name for i in items] == ["ct1"], items
+
+    core.delete_namespaced_config_map("c", "py")
+    try:
+        core.read_namespaced_config_map("c", "py")
+        raise AssertionError("deleted ConfigMap still readable")
+    except ApiException as e:
+        assert e.status == 404, e.status
+    core.delete_namespace("py")
+    print("python client: all checks passed")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
