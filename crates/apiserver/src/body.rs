@@ -15,6 +15,9 @@ pub enum ApiBody {
     Full(Option<Bytes>),
     /// Chunks produced by a task (watch streams); ends when the sender drops.
     Stream(mpsc::Receiver<Bytes>),
+    /// A body made of many buffers sent as they are (LIST splices stored
+    /// objects without copying them); the second field is the total length.
+    Chunks(std::collections::VecDeque<Bytes>, u64),
 }
 
 impl ApiBody {
@@ -40,11 +43,16 @@ impl Body for ApiBody {
         match self.get_mut() {
             ApiBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             ApiBody::Stream(rx) => rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
+            ApiBody::Chunks(q, _) => Poll::Ready(q.pop_front().map(|b| Ok(Frame::data(b)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self, ApiBody::Full(None))
+        match self {
+            ApiBody::Full(b) => b.is_none(),
+            ApiBody::Chunks(q, _) => q.is_empty(),
+            ApiBody::Stream(_) => false,
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -52,6 +60,7 @@ impl Body for ApiBody {
             ApiBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             ApiBody::Full(None) => SizeHint::with_exact(0),
             ApiBody::Stream(_) => SizeHint::default(),
+            ApiBody::Chunks(_, len) => SizeHint::with_exact(*len),
         }
     }
 }

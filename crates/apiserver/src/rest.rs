@@ -389,34 +389,40 @@ fn list(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
         };
         return Ok(codec::respond_value(StatusCode::OK, &body));
     }
-    // Splice the stored bytes into the list without re-encoding them.
+    // Splice the stored bytes into the list without re-encoding or copying them.
     let head = format!(
         "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
         ctx.def.kind,
         ctx.def.api_version(),
         meta
     );
-    let total: usize = page
-        .items
-        .iter()
-        .map(|kv| kv.value.len() + 1)
-        .sum::<usize>()
-        + head.len()
-        + 2;
-    let mut out = Vec::with_capacity(total);
-    out.extend_from_slice(head.as_bytes());
+    if ctx.accept.yaml {
+        let mut out = head.into_bytes();
+        for (i, kv) in page.items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&ctx.output(&kv.value));
+        }
+        out.extend_from_slice(b"]}");
+        return Ok(codec::respond(StatusCode::OK, Bytes::from(out), true));
+    }
+    let mut chunks = std::collections::VecDeque::with_capacity(page.items.len() * 2 + 2);
+    let mut len = head.len() as u64 + 2;
+    chunks.push_back(Bytes::from(head));
     for (i, kv) in page.items.iter().enumerate() {
         if i > 0 {
-            out.push(b',');
+            chunks.push_back(Bytes::from_static(b","));
+            len += 1;
         }
-        out.extend_from_slice(&ctx.output(&kv.value));
+        let b = ctx.output(&kv.value);
+        len += b.len() as u64;
+        chunks.push_back(b);
     }
-    out.extend_from_slice(b"]}");
-    Ok(codec::respond(
-        StatusCode::OK,
-        Bytes::from(out),
-        ctx.accept.yaml,
-    ))
+    chunks.push_back(Bytes::from_static(b"]}"));
+    let mut r = Response::new(ApiBody::Chunks(chunks, len));
+    r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(r)
 }
 
 /// Parse a body that must be an object of this resource's kind.
