@@ -25,6 +25,8 @@ pub enum BodyType {
     StrategicMergePatch,
     /// application/apply-patch+yaml (server-side apply)
     ApplyPatch,
+    /// application/vnd.kubernetes.protobuf (kubectl 1.32+ typed creates)
+    Protobuf,
 }
 
 /// Classify the Content-Type header.
@@ -46,6 +48,7 @@ pub fn body_type(headers: &HeaderMap) -> Result<BodyType, ApiError> {
         "application/merge-patch+json" => BodyType::MergePatch,
         "application/strategic-merge-patch+json" => BodyType::StrategicMergePatch,
         "application/apply-patch+yaml" | "application/apply-patch+json" => BodyType::ApplyPatch,
+        "application/vnd.kubernetes.protobuf" => BodyType::Protobuf,
         _ => return Err(ApiError::unsupported_media_type(ct)),
     })
 }
@@ -57,6 +60,11 @@ pub fn decode(bytes: &[u8], ty: BodyType) -> Result<Value, ApiError> {
         return Err(ApiError::bad_request("the request body is empty"));
     }
     match ty {
+        BodyType::Protobuf => crate::protobuf::decode(bytes).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the object provided is unrecognized (error decoding protobuf: {e})"
+            ))
+        }),
         BodyType::Yaml | BodyType::ApplyPatch => {
             if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
                 return Ok(v);
@@ -167,7 +175,11 @@ pub fn respond_value(code: StatusCode, v: &Value) -> Response<ApiBody> {
 pub fn respond_error(e: &ApiError) -> Response<ApiBody> {
     let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut r = respond_value(code, &e.to_status());
-    if let Some(v) = e.details.retry_after.and_then(|secs| HeaderValue::from_str(&secs.to_string()).ok()) {
+    if let Some(v) = e
+        .details
+        .retry_after
+        .and_then(|secs| HeaderValue::from_str(&secs.to_string()).ok())
+    {
         r.headers_mut().insert(header::RETRY_AFTER, v);
     }
     r

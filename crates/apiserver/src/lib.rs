@@ -29,6 +29,7 @@ pub mod error;
 mod fieldset;
 mod object;
 mod patch;
+mod protobuf;
 pub mod registry;
 pub mod request;
 mod rest;

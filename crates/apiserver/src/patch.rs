@@ -15,7 +15,7 @@ pub async fn patch(ctx: &mut Ctx<'_>, body: &[u8], sub: Sub) -> ApiResult<Respon
     let name = ctx.path_name()?.to_string();
     let key = ctx.key(&name);
     let patch_doc = match ty {
-        BodyType::Json | BodyType::Yaml => {
+        BodyType::Json | BodyType::Yaml | BodyType::Protobuf => {
             return Err(ApiError::unsupported_media_type(
                 ctx.headers
                     .get(http::header::CONTENT_TYPE)
@@ -123,7 +123,9 @@ pub async fn patch(ctx: &mut Ctx<'_>, body: &[u8], sub: Sub) -> ApiResult<Respon
                         rest::check_type_meta(ctx, &mut applied)?;
                         apply(ctx, &name, &live, applied, &manager, sub)?
                     }
-                    BodyType::Json | BodyType::Yaml => unreachable!("rejected above"),
+                    BodyType::Json | BodyType::Yaml | BodyType::Protobuf => {
+                        unreachable!("rejected above")
+                    }
                 };
                 if !patched.is_object() {
                     return Err(ApiError::bad_request(

@@ -421,17 +421,19 @@ fn list(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
     }
     chunks.push_back(Bytes::from_static(b"]}"));
     let mut r = Response::new(ApiBody::Chunks(chunks, len));
-    r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     Ok(r)
 }
 
 /// Parse a body that must be an object of this resource's kind.
 pub(crate) fn decode_object(ctx: &Ctx<'_>, body: &[u8]) -> ApiResult<Value> {
     let ty = codec::body_type(&ctx.headers)?;
-    let ty = if ty == BodyType::Yaml {
-        BodyType::Yaml
-    } else {
-        BodyType::Json
+    let ty = match ty {
+        BodyType::Yaml | BodyType::Protobuf => ty,
+        _ => BodyType::Json,
     };
     let mut obj = codec::decode(body, ty)?;
     check_type_meta(ctx, &mut obj)?;
@@ -625,11 +627,12 @@ pub(crate) async fn create_object(
         }
     }
     if let Some(path_name) = &ctx.name
-        && *path_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({name}) does not match the name on the URL ({path_name})"
-            )));
-        }
+        && *path_name != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({name}) does not match the name on the URL ({path_name})"
+        )));
+    }
     check_namespace(ctx, &name)?;
     crate::strategy::prepare_create(ctx, &mut obj);
     validate(ctx, &mut obj, &name)?;
@@ -712,9 +715,10 @@ pub(crate) async fn update_object(
         )));
     }
     if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty())
-        && rv != current.mod_revision.to_string() {
-            return Err(ApiError::stale(ctx.def.gr(), name));
-        }
+        && rv != current.mod_revision.to_string()
+    {
+        return Err(ApiError::stale(ctx.def.gr(), name));
+    }
     let old: Value =
         serde_json::from_slice(&current.value).map_err(|e| ApiError::internal(e.to_string()))?;
     if ctx.def.namespaced {
@@ -897,7 +901,11 @@ pub(crate) struct DeleteOptions {
 fn delete_options(ctx: &Ctx<'_>, body: &[u8]) -> ApiResult<DeleteOptions> {
     let mut o = DeleteOptions::default();
     if !body.iter().all(u8::is_ascii_whitespace) {
-        let v = codec::decode(body, BodyType::Json)?;
+        let ty = match codec::body_type(&ctx.headers)? {
+            t @ (BodyType::Protobuf | BodyType::Yaml) => t,
+            _ => BodyType::Json,
+        };
+        let v = codec::decode(body, ty)?;
         o.propagation = v
             .get("propagationPolicy")
             .and_then(Value::as_str)
@@ -976,16 +984,17 @@ pub(crate) async fn delete_object(
             }
         }
         if let Some(rv) = &opts.resource_version
-            && *rv != current.mod_revision.to_string() {
-                return Err(ApiError::conflict(
-                    ctx.def.gr(),
-                    name,
-                    &format!(
-                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                        current.mod_revision
-                    ),
-                ));
-            }
+            && *rv != current.mod_revision.to_string()
+        {
+            return Err(ApiError::conflict(
+                ctx.def.gr(),
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    current.mod_revision
+                ),
+            ));
+        }
         let mut finalizers: Vec<Value> = obj
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
@@ -1001,9 +1010,11 @@ pub(crate) async fn delete_object(
             return Ok((StatusCode::ACCEPTED, current.value));
         }
         if let Some(f) = extra
-            && ctx.server.gc_enabled() && !finalizers.iter().any(|x| x == f) {
-                finalizers.push(json!(f));
-            }
+            && ctx.server.gc_enabled()
+            && !finalizers.iter().any(|x| x == f)
+        {
+            finalizers.push(json!(f));
+        }
         if crate::strategy::graceful_delete(ctx, &mut obj) || !finalizers.is_empty() {
             if ctx.dry_run() {
                 return Ok((StatusCode::ACCEPTED, current.value));

@@ -100,9 +100,10 @@ pub async fn serve(
             .pointer("/metadata/resourceVersion")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
-            && rv != current.mod_revision.to_string() {
-                return Err(ApiError::stale(ctx.def.gr(), &name));
-            }
+            && rv != current.mod_revision.to_string()
+        {
+            return Err(ApiError::stale(ctx.def.gr(), &name));
+        }
         let Some(replicas) = new_scale.pointer("/spec/replicas").and_then(Value::as_i64) else {
             return Err(ApiError::bad_request("spec.replicas must be an integer"));
         };
@@ -171,13 +172,14 @@ pub async fn bind(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response<ApiBody>
         let mut pod: Value = serde_json::from_slice(&current.value)
             .map_err(|e| ApiError::internal(e.to_string()))?;
         if let Some(uid) = binding.pointer("/metadata/uid").and_then(Value::as_str)
-            && pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid) {
-                return Err(ApiError::conflict(
-                    ctx.def.gr(),
-                    &name,
-                    "the UID in the binding does not match the pod",
-                ));
-            }
+            && pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid)
+        {
+            return Err(ApiError::conflict(
+                ctx.def.gr(),
+                &name,
+                "the UID in the binding does not match the pod",
+            ));
+        }
         if let Some(existing) = pod
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)

@@ -70,25 +70,27 @@ pub fn prepare_update(ctx: &Ctx<'_>, obj: &mut Value, old: &Value) {
                 && obj
                     .pointer("/spec/clusterIP")
                     .is_none_or(|v| v.as_str() == Some(""))
-                {
-                    obj["spec"]["clusterIP"] = ip.clone();
-                    obj["spec"]["clusterIPs"] = old
-                        .pointer("/spec/clusterIPs")
-                        .cloned()
-                        .unwrap_or(json!([ip]));
-                }
+            {
+                obj["spec"]["clusterIP"] = ip.clone();
+                obj["spec"]["clusterIPs"] = old
+                    .pointer("/spec/clusterIPs")
+                    .cloned()
+                    .unwrap_or(json!([ip]));
+            }
             default_service(obj);
         }
         Strategy::Workload => default_workload(&ctx.def.kind, obj),
         Strategy::Namespace => {
             if let Some(phase) = old.pointer("/status/phase").cloned()
-                && obj.pointer("/status/phase").is_none() {
-                    obj["status"] = json!({"phase": phase});
-                }
+                && obj.pointer("/status/phase").is_none()
+            {
+                obj["status"] = json!({"phase": phase});
+            }
             if obj.get("spec").is_none()
-                && let Some(s) = old.get("spec") {
-                    obj["spec"] = s.clone();
-                }
+                && let Some(s) = old.get("spec")
+            {
+                obj["spec"] = s.clone();
+            }
         }
         _ => {}
     }
@@ -380,9 +382,10 @@ fn default_workload(kind: &str, obj: &mut Value) {
             set_default(spec, "suspend", json!(false));
             set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
             if let Some(t) = spec.get_mut("template").and_then(|t| t.get_mut("spec"))
-                && let Some(m) = t.as_object_mut() {
-                    set_default(m, "restartPolicy", json!("Never"));
-                }
+                && let Some(m) = t.as_object_mut()
+            {
+                set_default(m, "restartPolicy", json!("Never"));
+            }
         }
         "CronJob" => {
             set_default(spec, "concurrencyPolicy", json!("Allow"));

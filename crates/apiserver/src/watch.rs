@@ -38,10 +38,11 @@ impl Renderer {
     fn object(&self, bytes: &Bytes) -> Bytes {
         if let Some(c) = &self.def.custom
             && c.storage_version != self.def.version
-                && let Ok(mut v) = serde_json::from_slice::<Value>(bytes) {
-                    v["apiVersion"] = json!(self.def.api_version());
-                    return Bytes::from(v.to_string());
-                }
+            && let Ok(mut v) = serde_json::from_slice::<Value>(bytes)
+        {
+            v["apiVersion"] = json!(self.def.api_version());
+            return Bytes::from(v.to_string());
+        }
         bytes.clone()
     }
 

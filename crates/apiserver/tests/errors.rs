@@ -13,7 +13,13 @@ use kubeforge_apiserver::ApiServer;
 use kubeforge_store::Store;
 use serde_json::{Value, json};
 
-async fn call(server: &ApiServer, method: Method, path: &str, ct: &str, body: impl Into<Bytes>) -> (u16, Value) {
+async fn call(
+    server: &ApiServer,
+    method: Method,
+    path: &str,
+    ct: &str,
+    body: impl Into<Bytes>,
+) -> (u16, Value) {
     let req = Request::builder()
         .method(method)
         .uri(path)
@@ -37,43 +43,106 @@ async fn malformed_and_oversized_bodies() {
     let (code, status) = call(&server, Method::POST, path, "application/json", "{not json").await;
     assert_eq!((code, reason(&status)), (400, "BadRequest"));
     assert_eq!(status["kind"], "Status");
-    let (code, status) = call(&server, Method::POST, path, "application/yaml", "a: [unclosed").await;
+    let (code, status) = call(
+        &server,
+        Method::POST,
+        path,
+        "application/yaml",
+        "a: [unclosed",
+    )
+    .await;
     assert_eq!((code, reason(&status)), (400, "BadRequest"));
     let (code, _) = call(&server, Method::POST, path, "application/json", "[1,2]").await;
     assert_eq!(code, 400);
-    let big = format!("{{\"metadata\":{{\"name\":\"big\"}},\"data\":{{\"x\":\"{}\"}}}}", "a".repeat(3 * 1024 * 1024 + 10));
+    let big = format!(
+        "{{\"metadata\":{{\"name\":\"big\"}},\"data\":{{\"x\":\"{}\"}}}}",
+        "a".repeat(3 * 1024 * 1024 + 10)
+    );
     let (code, status) = call(&server, Method::POST, path, "application/json", big).await;
     assert_eq!((code, reason(&status)), (413, "RequestEntityTooLarge"));
     let (code, status) = call(&server, Method::POST, path, "text/plain", "x").await;
     assert_eq!((code, reason(&status)), (415, "UnsupportedMediaType"));
     // A YAML body is accepted.
-    let (code, obj) = call(&server, Method::POST, path, "application/yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  a: b\n").await;
+    let (code, obj) = call(
+        &server,
+        Method::POST,
+        path,
+        "application/yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  a: b\n",
+    )
+    .await;
     assert_eq!(code, 201, "{obj}");
     // Wrong kind for the path.
-    let (code, status) = call(&server, Method::POST, path, "application/json", json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}).to_string()).await;
+    let (code, status) = call(
+        &server,
+        Method::POST,
+        path,
+        "application/json",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}).to_string(),
+    )
+    .await;
     assert_eq!((code, reason(&status)), (400, "BadRequest"));
     // Nothing was stored by the failed requests.
     let (_, list) = call(&server, Method::GET, path, "application/json", "").await;
-    let names: Vec<&str> = list["items"].as_array().expect("items").iter().filter_map(|i| i.pointer("/metadata/name").and_then(Value::as_str)).collect();
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|i| i.pointer("/metadata/name").and_then(Value::as_str))
+        .collect();
     assert_eq!(names, vec!["from-yaml"]);
 }
 
 #[tokio::test]
 async fn unknown_paths_and_methods() {
     let server = ApiServer::in_memory().await;
-    for path in ["/api/v1/nopes", "/apis/nope.example.com/v1/things", "/apis/apps/v9/deployments", "/whatever", "/api/v1/namespaces/default/configmaps/x/nosub"] {
+    for path in [
+        "/api/v1/nopes",
+        "/apis/nope.example.com/v1/things",
+        "/apis/apps/v9/deployments",
+        "/whatever",
+        "/api/v1/namespaces/default/configmaps/x/nosub",
+    ] {
         let (code, status) = call(&server, Method::GET, path, "application/json", "").await;
         assert_eq!((code, reason(&status)), (404, "NotFound"), "{path}");
     }
-    let (code, status) = call(&server, Method::GET, "/api/v1/namespaces/default/configmaps/missing", "application/json", "").await;
+    let (code, status) = call(
+        &server,
+        Method::GET,
+        "/api/v1/namespaces/default/configmaps/missing",
+        "application/json",
+        "",
+    )
+    .await;
     assert_eq!((code, reason(&status)), (404, "NotFound"));
     assert_eq!(status.pointer("/details/name"), Some(&json!("missing")));
     assert_eq!(status.pointer("/details/kind"), Some(&json!("configmaps")));
-    let (code, _) = call(&server, Method::PUT, "/api/v1/namespaces/default/configmaps", "application/json", "{}").await;
+    let (code, _) = call(
+        &server,
+        Method::PUT,
+        "/api/v1/namespaces/default/configmaps",
+        "application/json",
+        "{}",
+    )
+    .await;
     assert_eq!(code, 405);
-    let (code, _) = call(&server, Method::GET, "/api/v1/namespaces/default/configmaps?limit=abc", "application/json", "").await;
+    let (code, _) = call(
+        &server,
+        Method::GET,
+        "/api/v1/namespaces/default/configmaps?limit=abc",
+        "application/json",
+        "",
+    )
+    .await;
     assert_eq!(code, 400);
-    let (code, _) = call(&server, Method::GET, "/api/v1/namespaces/default/configmaps?continue=garbage", "application/json", "").await;
+    let (code, _) = call(
+        &server,
+        Method::GET,
+        "/api/v1/namespaces/default/configmaps?continue=garbage",
+        "application/json",
+        "",
+    )
+    .await;
     assert_eq!(code, 400);
 }
 
@@ -89,10 +158,34 @@ async fn garbage_never_panics() {
         "/api/v1/namespaces/x/finalize",
         "/api/v1/namespaces/%ZZ/configmaps",
     ];
-    let bodies = ["", "null", "[]", "{}", "{\"metadata\":[]}", "{\"metadata\":{\"name\":5}}", "\u{0}\u{1}", "{\"spec\":{\"versions\":\"x\"}}", "[{\"op\":\"remove\",\"path\":\"/\"}]"];
-    let types = ["application/json", "application/yaml", "application/merge-patch+json", "application/json-patch+json", "application/strategic-merge-patch+json", "application/apply-patch+yaml", "application/vnd.kubernetes.protobuf"];
+    let bodies = [
+        "",
+        "null",
+        "[]",
+        "{}",
+        "{\"metadata\":[]}",
+        "{\"metadata\":{\"name\":5}}",
+        "\u{0}\u{1}",
+        "{\"spec\":{\"versions\":\"x\"}}",
+        "[{\"op\":\"remove\",\"path\":\"/\"}]",
+    ];
+    let types = [
+        "application/json",
+        "application/yaml",
+        "application/merge-patch+json",
+        "application/json-patch+json",
+        "application/strategic-merge-patch+json",
+        "application/apply-patch+yaml",
+        "application/vnd.kubernetes.protobuf",
+    ];
     for p in paths {
-        for m in [Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+        for m in [
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+        ] {
             for b in bodies {
                 for t in types {
                     let (code, status) = call(&server, m.clone(), p, t, b.to_string()).await;
@@ -105,17 +198,25 @@ async fn garbage_never_panics() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_from_a_compacted_revision_is_410_expired() {
-    let server = ApiServer::new(Store::memory_with_history(16)).await.expect("server");
+    let server = ApiServer::new(Store::memory_with_history(16))
+        .await
+        .expect("server");
     let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
     for i in 0..40 {
-        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("c{i}")}})).expect("cm");
-        cms.create(&PostParams::default(), &cm).await.expect("create");
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": format!("c{i}")}})).expect("cm");
+        cms.create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
     }
-    let req = Request::get("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1").body(Full::new(Bytes::new())).expect("req");
+    let req = Request::get("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1")
+        .body(Full::new(Bytes::new()))
+        .expect("req");
     let resp = server.handle(req).await;
     assert_eq!(resp.status(), 200);
     let body = resp.into_body().collect().await.expect("body").to_bytes();
-    let line: Value = serde_json::from_slice(body.split(|b| *b == b'\n').next().expect("a line")).expect("json");
+    let line: Value =
+        serde_json::from_slice(body.split(|b| *b == b'\n').next().expect("a line")).expect("json");
     assert_eq!(line["type"], "ERROR");
     assert_eq!(line["object"]["code"], 410);
     assert_eq!(line["object"]["reason"], "Expired");
@@ -123,7 +224,12 @@ async fn watch_from_a_compacted_revision_is_410_expired() {
     let mut stream = watcher(cms.clone(), watcher::Config::default()).boxed();
     let mut names = std::collections::BTreeSet::new();
     while names.len() < 40 {
-        match tokio::time::timeout(std::time::Duration::from_secs(5), stream.next()).await.expect("in time").expect("item").expect("ok") {
+        match tokio::time::timeout(std::time::Duration::from_secs(5), stream.next())
+            .await
+            .expect("in time")
+            .expect("item")
+            .expect("ok")
+        {
             watcher::Event::InitApply(cm) | watcher::Event::Apply(cm) => {
                 names.insert(cm.metadata.name.unwrap_or_default());
             }
@@ -137,25 +243,47 @@ async fn streaming_list_ends_with_the_initial_events_bookmark() {
     let server = ApiServer::in_memory().await;
     let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
     for i in 0..3 {
-        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("s{i}")}})).expect("cm");
-        cms.create(&PostParams::default(), &cm).await.expect("create");
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": format!("s{i}")}})).expect("cm");
+        cms.create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
     }
     let req = Request::get("/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1")
         .body(Full::new(Bytes::new()))
         .expect("req");
-    let body = server.handle(req).await.into_body().collect().await.expect("body").to_bytes();
-    let events: Vec<Value> = body.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).expect("json")).collect();
+    let body = server
+        .handle(req)
+        .await
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let events: Vec<Value> = body
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("json"))
+        .collect();
     assert_eq!(events.len(), 4, "{events:?}");
     assert!(events[..3].iter().all(|e| e["type"] == "ADDED"));
     assert_eq!(events[3]["type"], "BOOKMARK");
-    assert_eq!(events[3].pointer("/object/metadata/annotations/k8s.io~1initial-events-end"), Some(&json!("true")));
+    assert_eq!(
+        events[3].pointer("/object/metadata/annotations/k8s.io~1initial-events-end"),
+        Some(&json!("true"))
+    );
     assert_eq!(events[3]["object"]["kind"], "ConfigMap");
     // kube-rs's streaming-list watcher works end to end.
     let mut stream = watcher(cms.clone(), watcher::Config::default().streaming_lists()).boxed();
     let mut init_done = false;
     let mut seen = 0;
     while !init_done {
-        match tokio::time::timeout(std::time::Duration::from_secs(5), stream.next()).await.expect("in time").expect("item").expect("ok") {
+        match tokio::time::timeout(std::time::Duration::from_secs(5), stream.next())
+            .await
+            .expect("in time")
+            .expect("item")
+            .expect("ok")
+        {
             watcher::Event::InitApply(_) => seen += 1,
             watcher::Event::InitDone => init_done = true,
             _ => {}
