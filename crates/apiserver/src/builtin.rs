@@ -731,10 +731,7 @@ fn len_of(v: &Value, p: &str) -> usize {
 }
 
 fn namespace_columns() -> Vec<Column> {
-    vec![
-        Column::func("Status", "string", 0, |o| json!(s(o, "/status/phase"))),
-        Column::age(),
-    ]
+    vec![Column::text("Status", 0, "/status/phase"), Column::age()]
 }
 
 fn pod_columns() -> Vec<Column> {
@@ -801,7 +798,7 @@ fn pod_status(o: &Value) -> Value {
 
 fn service_columns() -> Vec<Column> {
     vec![
-        Column::func("Type", "string", 0, |o| json!(s(o, "/spec/type"))),
+        Column::text("Type", 0, "/spec/type"),
         Column::func("Cluster-IP", "string", 0, |o| {
             or_none(s(o, "/spec/clusterIP"))
         }),
@@ -903,7 +900,7 @@ fn configmap_columns() -> Vec<Column> {
 
 fn secret_columns() -> Vec<Column> {
     vec![
-        Column::func("Type", "string", 0, |o| json!(s(o, "/type"))),
+        Column::text("Type", 0, "/type"),
         Column::func("Data", "integer", 0, |o| json!(len_of(o, "/data"))),
         Column::age(),
     ]
@@ -939,24 +936,20 @@ fn node_columns() -> Vec<Column> {
             or_none(roles.join(","))
         }),
         Column::age(),
-        Column::func("Version", "string", 0, |o| {
-            json!(s(o, "/status/nodeInfo/kubeletVersion"))
-        }),
+        Column::text("Version", 0, "/status/nodeInfo/kubeletVersion"),
         Column::func("Internal-IP", "string", 1, |o| {
             or_none(node_address(o, "InternalIP"))
         }),
         Column::func("External-IP", "string", 1, |o| {
             or_none(node_address(o, "ExternalIP"))
         }),
-        Column::func("OS-Image", "string", 1, |o| {
-            json!(s(o, "/status/nodeInfo/osImage"))
-        }),
-        Column::func("Kernel-Version", "string", 1, |o| {
-            json!(s(o, "/status/nodeInfo/kernelVersion"))
-        }),
-        Column::func("Container-Runtime", "string", 1, |o| {
-            json!(s(o, "/status/nodeInfo/containerRuntimeVersion"))
-        }),
+        Column::text("OS-Image", 1, "/status/nodeInfo/osImage"),
+        Column::text("Kernel-Version", 1, "/status/nodeInfo/kernelVersion"),
+        Column::text(
+            "Container-Runtime",
+            1,
+            "/status/nodeInfo/containerRuntimeVersion",
+        ),
     ]
 }
 
@@ -979,8 +972,8 @@ fn event_columns() -> Vec<Column> {
                 .or_else(|| o.pointer("/metadata/creationTimestamp"));
             json!(crate::table::age(ts, jiff::Timestamp::now()))
         }),
-        Column::func("Type", "string", 0, |o| json!(s(o, "/type"))),
-        Column::func("Reason", "string", 0, |o| json!(s(o, "/reason"))),
+        Column::text("Type", 0, "/type"),
+        Column::text("Reason", 0, "/reason"),
         Column::func("Object", "string", 0, |o| {
             json!(format!(
                 "{}/{}",
@@ -988,14 +981,14 @@ fn event_columns() -> Vec<Column> {
                 s(o, "/involvedObject/name")
             ))
         }),
-        Column::func("Message", "string", 0, |o| json!(s(o, "/message"))),
+        Column::text("Message", 0, "/message"),
     ]
 }
 
 fn event_v1_columns() -> Vec<Column> {
     vec![
-        Column::func("Type", "string", 0, |o| json!(s(o, "/type"))),
-        Column::func("Reason", "string", 0, |o| json!(s(o, "/reason"))),
+        Column::text("Type", 0, "/type"),
+        Column::text("Reason", 0, "/reason"),
         Column::func("Object", "string", 0, |o| {
             json!(format!(
                 "{}/{}",
@@ -1003,21 +996,17 @@ fn event_v1_columns() -> Vec<Column> {
                 s(o, "/regarding/name")
             ))
         }),
-        Column::func("Note", "string", 0, |o| json!(s(o, "/note"))),
+        Column::text("Note", 0, "/note"),
         Column::age(),
     ]
 }
 
 fn pv_columns() -> Vec<Column> {
     vec![
-        Column::func("Capacity", "string", 0, |o| {
-            json!(s(o, "/spec/capacity/storage"))
-        }),
+        Column::text("Capacity", 0, "/spec/capacity/storage"),
         Column::func("Access Modes", "string", 0, access_modes),
-        Column::func("Reclaim Policy", "string", 0, |o| {
-            json!(s(o, "/spec/persistentVolumeReclaimPolicy"))
-        }),
-        Column::func("Status", "string", 0, |o| json!(s(o, "/status/phase"))),
+        Column::text("Reclaim Policy", 0, "/spec/persistentVolumeReclaimPolicy"),
+        Column::text("Status", 0, "/status/phase"),
         Column::func("Claim", "string", 0, |o| {
             let n = s(o, "/spec/claimRef/name");
             if n.is_empty() {
@@ -1026,10 +1015,8 @@ fn pv_columns() -> Vec<Column> {
                 json!(format!("{}/{n}", s(o, "/spec/claimRef/namespace")))
             }
         }),
-        Column::func("StorageClass", "string", 0, |o| {
-            json!(s(o, "/spec/storageClassName"))
-        }),
-        Column::func("Reason", "string", 0, |o| json!(s(o, "/status/reason"))),
+        Column::text("StorageClass", 0, "/spec/storageClassName"),
+        Column::text("Reason", 0, "/status/reason"),
         Column::age(),
     ]
 }
@@ -1051,15 +1038,11 @@ fn access_modes(o: &Value) -> Value {
 
 fn pvc_columns() -> Vec<Column> {
     vec![
-        Column::func("Status", "string", 0, |o| json!(s(o, "/status/phase"))),
-        Column::func("Volume", "string", 0, |o| json!(s(o, "/spec/volumeName"))),
-        Column::func("Capacity", "string", 0, |o| {
-            json!(s(o, "/status/capacity/storage"))
-        }),
+        Column::text("Status", 0, "/status/phase"),
+        Column::text("Volume", 0, "/spec/volumeName"),
+        Column::text("Capacity", 0, "/status/capacity/storage"),
         Column::func("Access Modes", "string", 0, access_modes),
-        Column::func("StorageClass", "string", 0, |o| {
-            json!(s(o, "/spec/storageClassName"))
-        }),
+        Column::text("StorageClass", 0, "/spec/storageClassName"),
         Column::age(),
     ]
 }
@@ -1073,12 +1056,8 @@ fn deployment_columns() -> Vec<Column> {
                 i(o, "/spec/replicas")
             ))
         }),
-        Column::func("Up-to-date", "integer", 0, |o| {
-            json!(i(o, "/status/updatedReplicas"))
-        }),
-        Column::func("Available", "integer", 0, |o| {
-            json!(i(o, "/status/availableReplicas"))
-        }),
+        Column::int("Up-to-date", 0, "/status/updatedReplicas"),
+        Column::int("Available", 0, "/status/availableReplicas"),
         Column::age(),
         Column::func("Containers", "string", 1, |o| {
             containers(o, "/spec/template/spec/containers", "name")
@@ -1112,11 +1091,9 @@ fn selector_string(sel: Option<&Value>) -> Value {
 
 fn replicaset_columns() -> Vec<Column> {
     vec![
-        Column::func("Desired", "integer", 0, |o| json!(i(o, "/spec/replicas"))),
-        Column::func("Current", "integer", 0, |o| json!(i(o, "/status/replicas"))),
-        Column::func("Ready", "integer", 0, |o| {
-            json!(i(o, "/status/readyReplicas"))
-        }),
+        Column::int("Desired", 0, "/spec/replicas"),
+        Column::int("Current", 0, "/status/replicas"),
+        Column::int("Ready", 0, "/status/readyReplicas"),
         Column::age(),
         Column::func("Containers", "string", 1, |o| {
             containers(o, "/spec/template/spec/containers", "name")
@@ -1151,21 +1128,11 @@ fn statefulset_columns() -> Vec<Column> {
 
 fn daemonset_columns() -> Vec<Column> {
     vec![
-        Column::func("Desired", "integer", 0, |o| {
-            json!(i(o, "/status/desiredNumberScheduled"))
-        }),
-        Column::func("Current", "integer", 0, |o| {
-            json!(i(o, "/status/currentNumberScheduled"))
-        }),
-        Column::func("Ready", "integer", 0, |o| {
-            json!(i(o, "/status/numberReady"))
-        }),
-        Column::func("Up-to-date", "integer", 0, |o| {
-            json!(i(o, "/status/updatedNumberScheduled"))
-        }),
-        Column::func("Available", "integer", 0, |o| {
-            json!(i(o, "/status/numberAvailable"))
-        }),
+        Column::int("Desired", 0, "/status/desiredNumberScheduled"),
+        Column::int("Current", 0, "/status/currentNumberScheduled"),
+        Column::int("Ready", 0, "/status/numberReady"),
+        Column::int("Up-to-date", 0, "/status/updatedNumberScheduled"),
+        Column::int("Available", 0, "/status/numberAvailable"),
         Column::func("Node Selector", "string", 0, |o| {
             let sel = o
                 .pointer("/spec/template/spec/nodeSelector")
@@ -1242,7 +1209,7 @@ fn job_columns() -> Vec<Column> {
 
 fn cronjob_columns() -> Vec<Column> {
     vec![
-        Column::func("Schedule", "string", 0, |o| json!(s(o, "/spec/schedule"))),
+        Column::text("Schedule", 0, "/spec/schedule"),
         Column::func("Timezone", "string", 0, |o| or_none(s(o, "/spec/timeZone"))),
         Column::func("Suspend", "boolean", 0, |o| {
             json!(
@@ -1266,16 +1233,14 @@ fn cronjob_columns() -> Vec<Column> {
 
 fn lease_columns() -> Vec<Column> {
     vec![
-        Column::func("Holder", "string", 0, |o| {
-            json!(s(o, "/spec/holderIdentity"))
-        }),
+        Column::text("Holder", 0, "/spec/holderIdentity"),
         Column::age(),
     ]
 }
 
 fn priorityclass_columns() -> Vec<Column> {
     vec![
-        Column::func("Value", "integer", 0, |o| json!(i(o, "/value"))),
+        Column::int("Value", 0, "/value"),
         Column::func("Global-Default", "boolean", 0, |o| {
             json!(
                 o.get("globalDefault")
@@ -1341,7 +1306,7 @@ fn ingress_columns() -> Vec<Column> {
 
 fn storageclass_columns() -> Vec<Column> {
     vec![
-        Column::func("Provisioner", "string", 0, |o| json!(s(o, "/provisioner"))),
+        Column::text("Provisioner", 0, "/provisioner"),
         Column::func("ReclaimPolicy", "string", 0, |o| {
             let p = s(o, "/reclaimPolicy");
             json!(if p.is_empty() {
@@ -1377,9 +1342,7 @@ fn pdb_columns() -> Vec<Column> {
         Column::func("Max Unavailable", "string", 0, |o| {
             or_na(o.pointer("/spec/maxUnavailable"))
         }),
-        Column::func("Allowed Disruptions", "integer", 0, |o| {
-            json!(i(o, "/status/disruptionsAllowed"))
-        }),
+        Column::int("Allowed Disruptions", 0, "/status/disruptionsAllowed"),
         Column::age(),
     ]
 }
@@ -1410,12 +1373,8 @@ fn hpa_columns() -> Vec<Column> {
                     .to_string()
             )
         }),
-        Column::func("MaxPods", "integer", 0, |o| {
-            json!(i(o, "/spec/maxReplicas"))
-        }),
-        Column::func("Replicas", "integer", 0, |o| {
-            json!(i(o, "/status/currentReplicas"))
-        }),
+        Column::int("MaxPods", 0, "/spec/maxReplicas"),
+        Column::int("Replicas", 0, "/status/currentReplicas"),
         Column::age(),
     ]
 }
@@ -1444,7 +1403,7 @@ fn webhook_columns() -> Vec<Column> {
 
 fn endpointslice_columns() -> Vec<Column> {
     vec![
-        Column::func("AddressType", "string", 0, |o| json!(s(o, "/addressType"))),
+        Column::text("AddressType", 0, "/addressType"),
         Column::func("Ports", "string", 0, |o| {
             let ports: Vec<String> = arr(o, "/ports")
                 .iter()

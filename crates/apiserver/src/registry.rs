@@ -1,6 +1,6 @@
 //! The resource registry: one row of data per served resource.
 //!
-//! Built-in rows come from [`crate::builtin`]; each served version of a
+//! Built-in rows come from `builtin.rs`; each served version of a
 //! CustomResourceDefinition adds a row at runtime and removes it when the CRD
 //! goes. Discovery, OpenAPI, routing, Table printing and field selectors all
 //! read from here, so adding a kind is adding a row.

@@ -16,6 +16,10 @@ pub enum CellSource {
     Path(String),
     /// A built-in computation.
     Func(fn(&Value) -> Value),
+    /// A JSON pointer to a string field; missing is "".
+    Text(&'static str),
+    /// A JSON pointer to an integer field; missing is 0.
+    Int(&'static str),
 }
 
 /// One table column.
@@ -38,26 +42,33 @@ pub struct Column {
 impl Column {
     /// A built-in computed column.
     pub fn func(name: &str, type_: &str, priority: i32, f: fn(&Value) -> Value) -> Column {
+        Column::with_source(name, type_, priority, CellSource::Func(f))
+    }
+
+    /// A string field (JSON pointer), "" when missing.
+    pub fn text(name: &str, priority: i32, pointer: &'static str) -> Column {
+        Column::with_source(name, "string", priority, CellSource::Text(pointer))
+    }
+
+    /// An integer field (JSON pointer), 0 when missing.
+    pub fn int(name: &str, priority: i32, pointer: &'static str) -> Column {
+        Column::with_source(name, "integer", priority, CellSource::Int(pointer))
+    }
+
+    fn with_source(name: &str, type_: &str, priority: i32, source: CellSource) -> Column {
         Column {
             name: name.to_string(),
             type_: type_.to_string(),
             format: String::new(),
             description: String::new(),
             priority,
-            source: CellSource::Func(f),
+            source,
         }
     }
 
     /// A field-path column.
     pub fn path(name: &str, type_: &str, priority: i32, path: &str) -> Column {
-        Column {
-            name: name.to_string(),
-            type_: type_.to_string(),
-            format: String::new(),
-            description: String::new(),
-            priority,
-            source: CellSource::Path(path.to_string()),
-        }
+        Column::with_source(name, type_, priority, CellSource::Path(path.to_string()))
     }
 
     /// The AGE column.
@@ -76,6 +87,12 @@ impl Column {
         match &self.source {
             CellSource::Age => Value::String(age(obj.pointer("/metadata/creationTimestamp"), now)),
             CellSource::Func(f) => f(obj),
+            CellSource::Text(p) => match obj.pointer(p) {
+                Some(Value::String(x)) => Value::String(x.clone()),
+                Some(Value::Null) | None => Value::String(String::new()),
+                Some(other) => Value::String(other.to_string()),
+            },
+            CellSource::Int(p) => json!(obj.pointer(p).and_then(Value::as_i64).unwrap_or(0)),
             CellSource::Path(p) => {
                 let v = json_path(obj, p);
                 match (self.type_.as_str(), v) {
@@ -190,60 +207,31 @@ pub fn age(ts: Option<&Value>, now: jiff::Timestamp) -> String {
 
 /// `k8s.io/apimachinery/pkg/util/duration.HumanDuration` on whole seconds.
 pub fn human_duration(secs: i64) -> String {
+    /// "{big}{u1}" or "{big}{u1}{small}{u2}" when the remainder is not zero.
+    fn two(big: i64, u1: &str, small: i64, u2: &str) -> String {
+        if small == 0 {
+            format!("{big}{u1}")
+        } else {
+            format!("{big}{u1}{small}{u2}")
+        }
+    }
     if secs < -1 {
         return "<invalid>".to_string();
     }
     let secs = secs.max(0);
-    if secs < 120 {
-        return format!("{secs}s");
-    }
-    let minutes = secs / 60;
-    if minutes < 10 {
-        let s = secs % 60;
-        return if s == 0 {
-            format!("{minutes}m")
-        } else {
-            format!("{minutes}m{s}s")
-        };
-    }
-    if minutes < 180 {
-        return format!("{minutes}m");
-    }
-    let hours = minutes / 60;
-    if hours < 8 {
-        let m = minutes % 60;
-        return if m == 0 {
-            format!("{hours}h")
-        } else {
-            format!("{hours}h{m}m")
-        };
-    }
-    if hours < 48 {
-        return format!("{hours}h");
-    }
-    if hours < 192 {
-        let h = hours % 24;
-        let d = hours / 24;
-        return if h == 0 {
-            format!("{d}d")
-        } else {
-            format!("{d}d{h}h")
-        };
-    }
+    let (minutes, hours) = (secs / 60, secs / 3600);
     let days = hours / 24;
-    if days < 365 * 2 {
-        return format!("{days}d");
+    match () {
+        _ if secs < 120 => format!("{secs}s"),
+        _ if minutes < 10 => two(minutes, "m", secs % 60, "s"),
+        _ if minutes < 180 => format!("{minutes}m"),
+        _ if hours < 8 => two(hours, "h", minutes % 60, "m"),
+        _ if hours < 48 => format!("{hours}h"),
+        _ if hours < 192 => two(days, "d", hours % 24, "h"),
+        _ if days < 365 * 2 => format!("{days}d"),
+        _ if days < 365 * 8 => two(days / 365, "y", days % 365, "d"),
+        _ => format!("{}y", days / 365),
     }
-    let years = days / 365;
-    if years < 8 {
-        let d = days % 365;
-        return if d == 0 {
-            format!("{years}y")
-        } else {
-            format!("{years}y{d}d")
-        };
-    }
-    format!("{years}y")
 }
 
 /// What the row's `object` field carries (`includeObject`).
