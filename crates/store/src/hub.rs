@@ -92,6 +92,32 @@ impl Hub {
         hub.compacted = revision;
     }
 
+    /// The last published revision and the history events under `prefix`
+    /// with revisions in `(after, last]`; Compacted when `after` is older
+    /// than the history.
+    pub(crate) fn events_after(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> Result<(Revision, Vec<Arc<Event>>), StoreError> {
+        let hub = self.lock();
+        if after < hub.compacted {
+            return Err(StoreError::Compacted {
+                requested: after,
+                compacted: hub.compacted,
+            });
+        }
+        let skip = usize::try_from(after - hub.compacted).unwrap_or(usize::MAX);
+        let events = hub
+            .history
+            .iter()
+            .skip(skip)
+            .filter(|e| e.kv.key.starts_with(prefix))
+            .cloned()
+            .collect();
+        Ok((hub.last, events))
+    }
+
     /// Ends every watcher once it has drained the events already sent.
     pub(crate) fn close(&self) {
         self.lock().tx = None;

@@ -297,6 +297,70 @@ impl Store {
         self.read().range(prefix, start_after, limit)
     }
 
+    /// Like [`Store::range`], but as the keys were at revision `at` (an MVCC
+    /// read within the watch history): the current state with every later
+    /// event undone. `Compacted` when `at` is older than the history; `at`
+    /// above the current revision reads the current state.
+    pub async fn range_at(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+        at: Revision,
+    ) -> Result<RangeResult, StoreError> {
+        // The durable backend publishes events after their fsync: wait (for
+        // at most a few thousand yields) until the history has caught up
+        // with the state it is read against.
+        for _ in 0..10_000 {
+            let (current, live) = {
+                let state = self.read();
+                (state.revision(), state.all_under(prefix))
+            };
+            if at >= current {
+                return Ok(self.range(prefix, start_after, limit));
+            }
+            let (last, events) = self.inner.hub.events_after(prefix, at)?;
+            if last < current {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            // The first event after `at` for a key tells its state at `at`.
+            let mut first: std::collections::BTreeMap<Arc<str>, Option<KeyValue>> =
+                std::collections::BTreeMap::new();
+            for e in events.iter().filter(|e| e.kv.mod_revision <= current) {
+                first
+                    .entry(e.kv.key.clone())
+                    .or_insert_with(|| e.prev.clone());
+            }
+            let mut at_rev: std::collections::BTreeMap<Arc<str>, KeyValue> = live
+                .into_iter()
+                .filter(|kv| !first.contains_key(&kv.key))
+                .map(|kv| (kv.key.clone(), kv))
+                .collect();
+            for (key, prev) in first {
+                if let Some(prev) = prev.filter(|p| p.mod_revision <= at) {
+                    at_rev.insert(key, prev);
+                }
+            }
+            let mut kvs = Vec::new();
+            let mut more = false;
+            for (key, kv) in at_rev {
+                if start_after.is_some_and(|s| &*key <= s) {
+                    continue;
+                }
+                if limit != 0 && kvs.len() == limit {
+                    more = true;
+                    break;
+                }
+                kvs.push(kv);
+            }
+            return Ok(RangeResult { kvs, more, revision: at });
+        }
+        Err(StoreError::Io(io::Error::other(
+            "the watch history did not catch up with the state in time",
+        )))
+    }
+
     /// Number of keys starting with `prefix`.
     pub fn count(&self, prefix: &str) -> usize {
         self.read().count(prefix)

@@ -80,6 +80,11 @@ impl State {
         }
     }
 
+    /// Every live key under `prefix` (for reads at a past revision).
+    pub(crate) fn all_under(&self, prefix: &str) -> Vec<KeyValue> {
+        self.iter_prefix(prefix, None).cloned().collect()
+    }
+
     /// See [`crate::Store::count`].
     pub(crate) fn count(&self, prefix: &str) -> usize {
         if prefix.is_empty() {
