@@ -81,7 +81,7 @@ pub async fn serve(
             if ctx.query.flag("watch") {
                 crate::watch::watch(&ctx).await
             } else {
-                list(&ctx)
+                list(&ctx).await
             }
         }
         (None, false, &Method::POST) => create(&mut ctx, &body).await,
@@ -239,7 +239,7 @@ fn encode_continue(key: &str, rev: u64) -> String {
         .encode(json!({"k": key, "rv": rev}).to_string())
 }
 
-fn decode_continue(token: &str, prefix: &str) -> ApiResult<String> {
+fn decode_continue(token: &str, prefix: &str) -> ApiResult<(String, u64)> {
     use base64::Engine;
     let bad = || {
         ApiError::bad_request(
@@ -251,10 +251,11 @@ fn decode_continue(token: &str, prefix: &str) -> ApiResult<String> {
         .map_err(|_| bad())?;
     let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
     let key = v.get("k").and_then(Value::as_str).ok_or_else(bad)?;
+    let rv = v.get("rv").and_then(Value::as_u64).ok_or_else(bad)?;
     if !key.starts_with(prefix) {
         return Err(bad());
     }
-    Ok(key.to_string())
+    Ok((key.to_string(), rv))
 }
 
 /// The objects a list returns, with the revision and continue token.
@@ -265,43 +266,124 @@ pub(crate) struct ListPage {
     pub remaining: Option<usize>,
 }
 
-pub(crate) fn list_page(
+const EXPIRED_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.";
+
+/// Which revision a list reads: `None` = the latest.
+fn list_revision(ctx: &Ctx<'_>, token_rv: Option<u64>) -> ApiResult<Option<u64>> {
+    let store = ctx.server.store();
+    let rv = match ctx.query.get("resourceVersion").filter(|s| !s.is_empty()) {
+        Some(rv) => Some(
+            rv.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?,
+        ),
+        None => None,
+    };
+    let matching = ctx
+        .query
+        .get("resourceVersionMatch")
+        .filter(|s| !s.is_empty());
+    match (matching, rv) {
+        (Some(_), None) => {
+            return Err(ApiError::bad_request(
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        (Some("Exact" | "NotOlderThan") | None, _) => {}
+        (Some(m), _) => {
+            return Err(ApiError::bad_request(format!(
+                "resourceVersionMatch: Unsupported value: \"{m}\": supported values: \"Exact\", \"NotOlderThan\""
+            )));
+        }
+    }
+    if token_rv.is_some() {
+        if rv.is_some_and(|r| r != 0) {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        return Ok(token_rv);
+    }
+    if let Some(rv) = rv.filter(|r| *r > store.current_revision()) {
+        return Err(ApiError::timeout(format!(
+            "Too large resource version: {rv}, current: {}",
+            store.current_revision()
+        )));
+    }
+    match (matching, rv) {
+        (Some("Exact"), Some(0)) => Err(ApiError::bad_request(
+            "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
+        )),
+        (Some("Exact"), Some(rv)) => Ok(Some(rv)),
+        _ => Ok(None),
+    }
+}
+
+/// Read a page at `at` (MVCC, within the watch history) or the latest.
+async fn fetch(
+    ctx: &Ctx<'_>,
+    prefix: &str,
+    start: Option<&str>,
+    limit: usize,
+    at: Option<u64>,
+    continuing: bool,
+) -> ApiResult<kubeforge_store::RangeResult> {
+    let store = ctx.server.store();
+    match at {
+        None => Ok(store.range(prefix, start, limit)),
+        Some(at) => match store.range_at(prefix, start, limit, at).await {
+            Ok(r) => Ok(r),
+            Err(StoreError::Compacted { .. }) if continuing => {
+                Err(ApiError::expired(EXPIRED_CONTINUE))
+            }
+            Err(StoreError::Compacted {
+                requested,
+                compacted,
+            }) => Err(ApiError::expired(format!(
+                "The resourceVersion for the provided list is too old: {requested} (oldest available {compacted})"
+            ))),
+            Err(e) => Err(e.into()),
+        },
+    }
+}
+
+pub(crate) async fn list_page(
     ctx: &Ctx<'_>,
     labels: &Selector,
     fields: &FieldSelector,
 ) -> ApiResult<ListPage> {
     let store = ctx.server.store();
     let prefix = ctx.def.collection_prefix(ctx.ns.as_deref());
-    // A metadata.name field selector is a point read.
     let limit = ctx
         .query
         .int("limit")?
         .filter(|l| *l > 0)
         .map(|l| l as usize);
-    let mut start = match ctx.query.get("continue") {
-        Some(t) if !t.is_empty() => Some(decode_continue(t, &prefix)?),
-        _ => None,
-    };
-    if let Some(rv) = ctx.query.get("resourceVersion").filter(|s| !s.is_empty()) {
-        let rv: u64 = rv
-            .parse()
-            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?;
-        if rv > store.current_revision() {
-            return Err(ApiError::timeout(format!(
-                "Too large resource version: {rv}, current: {}",
-                store.current_revision()
-            )));
+    let (mut start, token_rv) = match ctx.query.get("continue") {
+        Some(t) if !t.is_empty() => {
+            let (k, rv) = decode_continue(t, &prefix)?;
+            (Some(k), Some(rv))
         }
-    }
+        _ => (None, None),
+    };
+    let at = list_revision(ctx, token_rv)?;
+    let continuing = token_rv.is_some();
     let filtering = !labels.is_everything() || !fields.is_everything();
     if !filtering {
-        let r = store.range(&prefix, start.as_deref(), limit.unwrap_or(0));
+        let r = fetch(
+            ctx,
+            &prefix,
+            start.as_deref(),
+            limit.unwrap_or(0),
+            at,
+            continuing,
+        )
+        .await?;
         let token = if r.more {
             r.kvs.last().map(|kv| encode_continue(&kv.key, r.revision))
         } else {
             None
         };
-        let remaining = if r.more {
+        let remaining = if r.more && at.is_none() {
             Some(store.count(&prefix).saturating_sub(r.kvs.len()))
         } else {
             None
@@ -314,37 +396,38 @@ pub(crate) fn list_page(
         });
     }
     let mut items = Vec::new();
-    let mut revision = store.current_revision();
     let want = limit.unwrap_or(usize::MAX);
-    const BATCH: usize = 1024;
+    // A past revision is read whole once; the latest in batches.
+    let batch = if at.is_some() { 0 } else { 1024 };
+    let mut revision = at.unwrap_or_else(|| store.current_revision());
     loop {
-        let r = store.range(&prefix, start.as_deref(), BATCH);
+        let r = fetch(ctx, &prefix, start.as_deref(), batch, at, continuing).await?;
         revision = revision.max(r.revision);
-        let mut last = None;
-        for kv in r.kvs {
-            last = Some(kv.key.to_string());
+        let n = r.kvs.len();
+        let batch_last = r.kvs.last().map(|kv| kv.key.to_string());
+        for (i, kv) in r.kvs.into_iter().enumerate() {
             let obj: Value = match serde_json::from_slice(&kv.value) {
                 Ok(v) => v,
                 Err(_) => continue,
             };
-            if matches(&obj, labels, fields) {
-                items.push(kv);
-                if items.len() == want {
-                    // More may follow: hand out a token after this key.
-                    let more = store.range(&prefix, last.as_deref(), 1).kvs.len() == 1;
-                    let token = more
-                        .then(|| last.as_deref().map(|k| encode_continue(k, revision)))
-                        .flatten();
-                    return Ok(ListPage {
-                        items,
-                        revision,
-                        continue_token: token,
-                        remaining: None,
-                    });
-                }
+            if !matches(&obj, labels, fields) {
+                continue;
+            }
+            let key = kv.key.to_string();
+            items.push(kv);
+            if items.len() == want {
+                // More may follow: hand out a token after this key.
+                let more = i + 1 < n || r.more;
+                let token = more.then(|| encode_continue(&key, revision));
+                return Ok(ListPage {
+                    items,
+                    revision,
+                    continue_token: token,
+                    remaining: None,
+                });
             }
         }
-        if !r.more {
+        if !r.more || batch_last.is_none() {
             return Ok(ListPage {
                 items,
                 revision,
@@ -352,13 +435,13 @@ pub(crate) fn list_page(
                 remaining: None,
             });
         }
-        start = last;
+        start = batch_last;
     }
 }
 
-fn list(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
+async fn list(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
     let (labels, fields) = ctx.selectors()?;
-    let page = list_page(ctx, &labels, &fields)?;
+    let page = list_page(ctx, &labels, &fields).await?;
     let mut meta = json!({"resourceVersion": page.revision.to_string()});
     if let Some(t) = &page.continue_token {
         meta["continue"] = json!(t);
@@ -1066,7 +1149,7 @@ pub(crate) async fn delete_object(
 async fn delete_collection(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response<ApiBody>> {
     let opts = delete_options(ctx, body)?;
     let (labels, fields) = ctx.selectors()?;
-    let page = list_page(ctx, &labels, &fields)?;
+    let page = list_page(ctx, &labels, &fields).await?;
     let mut items = Vec::new();
     for kv in page.items {
         let Some(name) = kv.key.rsplit('/').next().map(str::to_string) else {

@@ -291,3 +291,152 @@ async fn streaming_list_ends_with_the_initial_events_bookmark() {
     }
     assert_eq!(seen, 3);
 }
+
+async fn names_at(server: &ApiServer, query: &str) -> (u16, Value, Vec<String>) {
+    let (code, v) = call(
+        server,
+        Method::GET,
+        &format!("/api/v1/namespaces/default/configmaps?{query}"),
+        "application/json",
+        "",
+    )
+    .await;
+    let names = v["items"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|i| {
+                    i.pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (code, v, names)
+}
+
+#[tokio::test]
+async fn exact_lists_and_consistent_pages() {
+    let server = ApiServer::in_memory().await;
+    let path = "/api/v1/namespaces/default/configmaps";
+    for i in 0..5 {
+        let (code, _) = call(
+            &server,
+            Method::POST,
+            path,
+            "application/json",
+            json!({"metadata": {"name": format!("c{i}")}}).to_string(),
+        )
+        .await;
+        assert_eq!(code, 201);
+    }
+    let (_, first, _) = names_at(&server, "").await;
+    let rv = first
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .expect("rv")
+        .to_string();
+    // A paged list started now…
+    let (_, page1, names1) = names_at(&server, "limit=2").await;
+    let token = page1
+        .pointer("/metadata/continue")
+        .and_then(Value::as_str)
+        .expect("token")
+        .to_string();
+    assert_eq!(names1, vec!["c0", "c1"]);
+    // …then the collection changes.
+    call(
+        &server,
+        Method::DELETE,
+        &format!("{path}/c3"),
+        "application/json",
+        "",
+    )
+    .await;
+    call(
+        &server,
+        Method::POST,
+        path,
+        "application/json",
+        json!({"metadata": {"name": "c9"}}).to_string(),
+    )
+    .await;
+    // Exact reads the old state; latest reads the new one.
+    let (code, _, exact) = names_at(
+        &server,
+        &format!("resourceVersion={rv}&resourceVersionMatch=Exact"),
+    )
+    .await;
+    assert_eq!(
+        (code, exact),
+        (
+            200,
+            vec![
+                "c0".to_string(),
+                "c1".into(),
+                "c2".into(),
+                "c3".into(),
+                "c4".into()
+            ]
+        )
+    );
+    let (_, _, latest) = names_at(&server, "").await;
+    assert_eq!(latest, vec!["c0", "c1", "c2", "c4", "c9"]);
+    // The rest of the paged list is consistent with its first page.
+    let (_, page2, names2) = names_at(&server, &format!("limit=10&continue={token}")).await;
+    assert_eq!(names2, vec!["c2", "c3", "c4"]);
+    assert_eq!(
+        page2
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str),
+        Some(rv.as_str())
+    );
+    // Bad combinations.
+    let (code, _, _) = names_at(&server, "resourceVersionMatch=Exact").await;
+    assert_eq!(code, 400);
+    let (code, _, _) = names_at(&server, "resourceVersion=0&resourceVersionMatch=Exact").await;
+    assert_eq!(code, 400);
+    let (code, _, _) = names_at(
+        &server,
+        "resourceVersion=999999&resourceVersionMatch=NotOlderThan",
+    )
+    .await;
+    assert_eq!(code, 504);
+}
+
+#[tokio::test]
+async fn continue_tokens_expire_with_compaction() {
+    let server = ApiServer::new(Store::memory_with_history(8))
+        .await
+        .expect("server");
+    let path = "/api/v1/namespaces/default/configmaps";
+    for i in 0..3 {
+        call(
+            &server,
+            Method::POST,
+            path,
+            "application/json",
+            json!({"metadata": {"name": format!("c{i}")}}).to_string(),
+        )
+        .await;
+    }
+    let (_, page1, _) = names_at(&server, "limit=1").await;
+    let token = page1
+        .pointer("/metadata/continue")
+        .and_then(Value::as_str)
+        .expect("token")
+        .to_string();
+    for i in 0..20 {
+        call(
+            &server,
+            Method::POST,
+            path,
+            "application/json",
+            json!({"metadata": {"name": format!("x{i}")}}).to_string(),
+        )
+        .await;
+    }
+    let (code, status, _) = names_at(&server, &format!("limit=1&continue={token}")).await;
+    assert_eq!((code, reason(&status)), (410, "Expired"), "{status}");
+}

@@ -312,49 +312,27 @@ impl Store {
         // at most a few thousand yields) until the history has caught up
         // with the state it is read against.
         for _ in 0..10_000 {
-            let (current, live) = {
+            {
                 let state = self.read();
-                (state.revision(), state.all_under(prefix))
-            };
-            if at >= current {
-                return Ok(self.range(prefix, start_after, limit));
-            }
-            let (last, events) = self.inner.hub.events_after(prefix, at)?;
-            if last < current {
-                tokio::task::yield_now().await;
-                continue;
-            }
-            // The first event after `at` for a key tells its state at `at`.
-            let mut first: std::collections::BTreeMap<Arc<str>, Option<KeyValue>> =
-                std::collections::BTreeMap::new();
-            for e in events.iter().filter(|e| e.kv.mod_revision <= current) {
-                first
-                    .entry(e.kv.key.clone())
-                    .or_insert_with(|| e.prev.clone());
-            }
-            let mut at_rev: std::collections::BTreeMap<Arc<str>, KeyValue> = live
-                .into_iter()
-                .filter(|kv| !first.contains_key(&kv.key))
-                .map(|kv| (kv.key.clone(), kv))
-                .collect();
-            for (key, prev) in first {
-                if let Some(prev) = prev.filter(|p| p.mod_revision <= at) {
-                    at_rev.insert(key, prev);
+                let current = state.revision();
+                if at >= current {
+                    drop(state);
+                    return Ok(self.range(prefix, start_after, limit));
+                }
+                let (last, events) = self.inner.hub.events_after(prefix, at)?;
+                if last >= current {
+                    return Ok(past_range(
+                        &state,
+                        &events,
+                        prefix,
+                        start_after,
+                        limit,
+                        at,
+                        current,
+                    ));
                 }
             }
-            let mut kvs = Vec::new();
-            let mut more = false;
-            for (key, kv) in at_rev {
-                if start_after.is_some_and(|s| &*key <= s) {
-                    continue;
-                }
-                if limit != 0 && kvs.len() == limit {
-                    more = true;
-                    break;
-                }
-                kvs.push(kv);
-            }
-            return Ok(RangeResult { kvs, more, revision: at });
+            tokio::task::yield_now().await;
         }
         Err(StoreError::Io(io::Error::other(
             "the watch history did not catch up with the state in time",
@@ -521,5 +499,53 @@ async fn settle(kv: KeyValue, pending: Pending) -> Result<KeyValue, StoreError> 
             Ok(Err(e)) => Err(e),
             Err(_) => Err(StoreError::Closed),
         },
+    }
+}
+
+/// `range` as of revision `at`: live keys unchanged since `at`, plus the
+/// values that keys changed later had at `at` (the `prev` of their first
+/// later event), merged in key order.
+fn past_range(
+    state: &state::State,
+    events: &[Arc<Event>],
+    prefix: &str,
+    start_after: Option<&str>,
+    limit: usize,
+    at: Revision,
+    current: Revision,
+) -> RangeResult {
+    use std::collections::BTreeMap;
+    let mut first: BTreeMap<&str, Option<&KeyValue>> = BTreeMap::new();
+    for e in events.iter().filter(|e| e.kv.mod_revision <= current) {
+        first.entry(&e.kv.key).or_insert(e.prev.as_ref());
+    }
+    let mut past = first
+        .iter()
+        .filter(|(k, _)| start_after.is_none_or(|s| **k > s))
+        .filter_map(|(_, prev)| prev.filter(|p| p.mod_revision <= at))
+        .peekable();
+    let mut live = state
+        .iter_prefix(prefix, start_after)
+        .filter(|kv| !first.contains_key(&*kv.key))
+        .peekable();
+    let mut kvs = Vec::new();
+    let more = loop {
+        let next = match (live.peek(), past.peek()) {
+            (None, None) => break false,
+            (Some(l), Some(p)) if l.key <= p.key => live.next(),
+            (Some(_), Some(_)) | (None, Some(_)) => past.next(),
+            (Some(_), None) => live.next(),
+        };
+        if limit != 0 && kvs.len() == limit {
+            break true;
+        }
+        if let Some(kv) = next {
+            kvs.push(kv.clone());
+        }
+    };
+    RangeResult {
+        kvs,
+        more,
+        revision: at,
     }
 }

@@ -41,7 +41,7 @@ impl State {
     }
 
     /// Keys under `prefix` strictly after `start_after`, in key order.
-    fn iter_prefix<'a>(
+    pub(crate) fn iter_prefix<'a>(
         &'a self,
         prefix: &'a str,
         start_after: Option<&'a str>,
@@ -78,11 +78,6 @@ impl State {
             more,
             revision: self.revision,
         }
-    }
-
-    /// Every live key under `prefix` (for reads at a past revision).
-    pub(crate) fn all_under(&self, prefix: &str) -> Vec<KeyValue> {
-        self.iter_prefix(prefix, None).cloned().collect()
     }
 
     /// See [`crate::Store::count`].
