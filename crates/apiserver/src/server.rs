@@ -80,6 +80,34 @@ impl ApiServer {
         self.inner.gc.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Compact the store every `every`, keeping the last `keep` revisions of
+    /// history (watches and lists from older revisions get 410 Expired), as
+    /// kube-apiserver compacts etcd every five minutes. Runs until the store
+    /// closes.
+    pub fn start_compaction(
+        &self,
+        every: std::time::Duration,
+        keep: u64,
+    ) -> tokio::task::JoinHandle<()> {
+        let store = self.inner.store.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(every);
+            ticker.tick().await;
+            loop {
+                ticker.tick().await;
+                let target = store.current_revision().saturating_sub(keep);
+                if target <= store.compacted_revision() {
+                    continue;
+                }
+                match store.compact(target).await {
+                    Ok(()) => tracing::debug!(revision = target, "compacted"),
+                    Err(kubeforge_store::StoreError::Closed) => return,
+                    Err(e) => tracing::warn!(error = %e, "compaction failed"),
+                }
+            }
+        })
+    }
+
     /// The store underneath.
     pub fn store(&self) -> &Store {
         &self.inner.store

@@ -440,3 +440,61 @@ async fn continue_tokens_expire_with_compaction() {
     let (code, status, _) = names_at(&server, &format!("limit=1&continue={token}")).await;
     assert_eq!((code, reason(&status)), (410, "Expired"), "{status}");
 }
+
+#[tokio::test]
+async fn periodic_compaction_keeps_the_configured_window() {
+    let server = ApiServer::in_memory().await;
+    let _task = server.start_compaction(std::time::Duration::from_millis(20), 5);
+    let path = "/api/v1/namespaces/default/configmaps";
+    for i in 0..30 {
+        call(
+            &server,
+            Method::POST,
+            path,
+            "application/json",
+            json!({"metadata": {"name": format!("c{i}")}}).to_string(),
+        )
+        .await;
+    }
+    let current = server.store().current_revision();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while server.store().compacted_revision() < current - 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no compaction happened"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // A watch inside the window works; one before it is expired.
+    let req = Request::get(format!(
+        "{path}?watch=true&resourceVersion={}&timeoutSeconds=1",
+        current - 2
+    ))
+    .body(Full::new(Bytes::new()))
+    .expect("req");
+    let body = server
+        .handle(req)
+        .await
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let first: Value =
+        serde_json::from_slice(body.split(|b| *b == b'\n').next().expect("line")).expect("json");
+    assert_eq!(first["type"], "ADDED");
+    let req = Request::get(format!("{path}?watch=true&resourceVersion=2"))
+        .body(Full::new(Bytes::new()))
+        .expect("req");
+    let body = server
+        .handle(req)
+        .await
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let first: Value =
+        serde_json::from_slice(body.split(|b| *b == b'\n').next().expect("line")).expect("json");
+    assert_eq!(first["object"]["code"], 410);
+}
