@@ -20,7 +20,10 @@
 //! Order of use on a write of a custom resource, as kube-apiserver does it:
 //! [`Validator::unknown_fields`] (for `fieldValidation=Strict|Warn`, before anything
 //! is dropped), [`Validator::prune`], [`Validator::apply_defaults`], then
-//! [`Validator::validate`]. On reads only `apply_defaults` runs. Built-in kinds have
+//! [`Validator::validate`] on create or [`Validator::validate_update`] (with the
+//! stored object) on update: these run the schema, the `x-kubernetes-list-type`
+//! invariants and the `x-kubernetes-validations` CEL rules. On reads only
+//! `apply_defaults` runs (it says whether it changed anything). Built-in kinds have
 //! no schema defaults (Go defaulting functions are not schemas), so for them
 //! `unknown_fields`/`prune` emulate Go's strict/lenient JSON decoding and
 //! `validate` checks JSON types and required fields.
@@ -38,6 +41,20 @@ pub use openapi::{
 };
 pub use structural::check_structural;
 pub use validator::Validator;
+pub use validator::rules::check_rules;
+
+/// How a list is merged and compared (`x-kubernetes-list-type`), for server-side
+/// apply and for the uniqueness checks of `set` and `map` lists.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ListType {
+    /// The list is replaced as a whole (the default for custom resources).
+    Atomic,
+    /// Items are unique scalars (or atomic values), merged as a set.
+    Set,
+    /// Items are objects identified by these keys (`x-kubernetes-list-map-keys`),
+    /// merged by key.
+    Map(Vec<String>),
+}
 
 /// Where a resource's schema comes from.
 #[derive(Clone, Debug)]

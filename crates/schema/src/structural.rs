@@ -5,8 +5,9 @@
 //! (`spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value:
 //! must not be empty for specified object fields`).
 //!
-//! Not checked: `x-kubernetes-validations` rules (CEL is not evaluated by this
-//! server) and the status-subresource restrictions on the root schema.
+//! The `x-kubernetes-validations` rules are compiled and checked too (see
+//! [`crate::check_rules`]) once the rest of the schema is acceptable. Not checked:
+//! the status-subresource restrictions on the root schema, and CEL cost estimates.
 
 use serde_json::{Map, Value};
 
@@ -60,9 +61,12 @@ fn sorted_keys(m: &Map<String, Value>) -> Vec<&String> {
 /// defaults, descriptions or extensions inside `allOf`/`anyOf`/`oneOf`/`not`, root
 /// `metadata` restricted to `name`/`generateName`, no `additionalProperties` at the
 /// root, unsupported keywords (`$ref`, `patternProperties`, `uniqueItems`, ...),
-/// `x-kubernetes-list-type`/`-map-type` consistency, and `default` values that
-/// validate against their schema and have no unknown fields. An empty list means
-/// the schema is acceptable.
+/// `x-kubernetes-list-type`/`-map-type` consistency (`map` keys scalar, unique,
+/// required or defaulted, not nullable; `set` items atomic), `default` values that
+/// validate against their schema and have no unknown fields, and, when all that
+/// holds, the `x-kubernetes-validations` rules ([`crate::check_rules`]: e.g.
+/// `...x-kubernetes-validations[0].rule: Invalid value: ...: compilation failed:
+/// ...`). An empty list means the schema is acceptable.
 pub fn check_structural(schema: &Value, field_prefix: &str) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let Some(root) = schema.as_object() else {
@@ -89,7 +93,16 @@ pub fn check_structural(schema: &Value, field_prefix: &str) -> Vec<FieldError> {
     errs.extend(structural);
 
     if structural_ok {
-        defaults(root, field_prefix, true, false, &mut errs);
+        let rules = crate::check_rules(schema, field_prefix);
+        let mut default_errs = Vec::new();
+        defaults(root, field_prefix, true, false, &mut default_errs);
+        if !rules.is_empty() {
+            // A rule that doesn't compile also fails every default below it:
+            // report it once, as a rule error.
+            default_errs.retain(|e| !e.message.contains(": rule compile error: "));
+        }
+        errs.extend(default_errs);
+        errs.extend(rules);
     }
     errs
 }
@@ -351,16 +364,119 @@ fn list_map_extensions(s: &Map<String, Value>, p: &str, t: &str, errs: &mut Vec<
                         &Value::String(it.into()),
                         "must be object if parent array's x-kubernetes-list-type is map",
                     ));
-                } else if let Some(item_props) = properties(items)
-                    && keys.iter().any(|k| !item_props.contains_key(*k))
-                {
-                    errs.push(m::invalid(
-                        &child(p, "x-kubernetes-list-map-keys"),
-                        &s["x-kubernetes-list-map-keys"],
-                        "entries must all be names of item properties",
-                    ));
+                } else {
+                    let item_props = properties(items);
+                    let mut seen: Vec<&str> = Vec::new();
+                    for k in &keys {
+                        match item_props
+                            .and_then(|ip| ip.get(*k))
+                            .and_then(Value::as_object)
+                        {
+                            Some(kp) => {
+                                if matches!(type_of(kp), "array" | "object") {
+                                    errs.push(m::invalid(
+                                        &child(&key(&child(&child(p, "items"), "properties"), k), "type"),
+                                        &Value::String(it.into()),
+                                        "must be a scalar type if parent array's x-kubernetes-list-type is map",
+                                    ));
+                                }
+                            }
+                            None => errs.push(m::invalid(
+                                &child(p, "x-kubernetes-list-map-keys"),
+                                &s["x-kubernetes-list-map-keys"],
+                                "entries must all be names of item properties",
+                            )),
+                        }
+                        if seen.contains(k) {
+                            errs.push(m::invalid(
+                                &child(p, "x-kubernetes-list-map-keys"),
+                                &s["x-kubernetes-list-map-keys"],
+                                "must not contain duplicate entries",
+                            ));
+                        }
+                        seen.push(k);
+                    }
                 }
             }
+        }
+    }
+    if lt == Some("set")
+        && t == "array"
+        && let Some(items) = s.get("items").and_then(Value::as_object)
+    {
+        let it = type_of(items);
+        if it == "array"
+            && let Some(ilt) = items.get("x-kubernetes-list-type")
+            && ilt.as_str() != Some("atomic")
+        {
+            errs.push(m::invalid(
+                &child(&child(p, "items"), "x-kubernetes-list-type"),
+                ilt,
+                "must be atomic as item of a list with x-kubernetes-list-type=set",
+            ));
+        }
+        if it == "object"
+            && items.get("x-kubernetes-map-type").and_then(Value::as_str) != Some("atomic")
+        {
+            errs.push(m::invalid(
+                &child(&child(p, "items"), "x-kubernetes-map-type"),
+                items.get("x-kubernetes-list-type").unwrap_or(&Value::Null),
+                "must be atomic as item of a list with x-kubernetes-list-type=set",
+            ));
+        }
+    }
+    map_list_keys_set(s, p, lt, &keys, errs);
+}
+
+/// `validateMapListKeysMapSet`: items of `set` and `map` lists can't be nullable;
+/// `map` keys must be required or defaulted, and not nullable.
+fn map_list_keys_set(
+    s: &Map<String, Value>,
+    p: &str,
+    lt: Option<&str>,
+    keys: &[&str],
+    errs: &mut Vec<FieldError>,
+) {
+    let Some(lt @ ("set" | "map")) = lt else {
+        return;
+    };
+    let Some(items) = s.get("items").and_then(Value::as_object) else {
+        return;
+    };
+    let ip = child(p, "items");
+    if flag(items, "nullable") {
+        errs.push(m::forbidden(
+            &child(&ip, "nullable"),
+            &format!("cannot be nullable when x-kubernetes-list-type is {lt}"),
+        ));
+    }
+    if lt != "map" {
+        return;
+    }
+    let required: Vec<&str> = items
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let Some(props) = properties(items) else {
+        return;
+    };
+    for k in keys {
+        let Some(kp) = props.get(*k).and_then(Value::as_object) else {
+            continue;
+        };
+        let kpath = key(&child(&ip, "properties"), k);
+        if !required.contains(k) && kp.get("default").is_none_or(Value::is_null) {
+            errs.push(m::required_detail(
+                &child(&kpath, "default"),
+                "this property is in x-kubernetes-list-map-keys, so it must have a default or be a required property",
+            ));
+        }
+        if flag(kp, "nullable") {
+            errs.push(m::forbidden(
+                &child(&kpath, "nullable"),
+                "this property is in x-kubernetes-list-map-keys, so it cannot be nullable",
+            ));
         }
     }
 }

@@ -7,8 +7,10 @@
 //! validator as converted by apiextensions-apiserver; pruning, unknown-field paths
 //! and defaulting follow apiextensions-apiserver's structural-schema algorithms.
 
+pub(crate) mod cel;
 mod format;
 pub(crate) mod messages;
+pub(crate) mod rules;
 mod validate;
 mod walk;
 
@@ -20,7 +22,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use crate::builtin::{INT_OR_STRING, QUANTITY, builtins, ref_name};
-use crate::{FieldError, SchemaError};
+use crate::{FieldError, ListType, SchemaError};
 
 pub(crate) use format::Format;
 
@@ -118,6 +120,33 @@ pub(crate) struct Node {
     pub(crate) any_of: Vec<NodeId>,
     pub(crate) one_of: Vec<NodeId>,
     pub(crate) not: Option<NodeId>,
+    /// `x-kubernetes-validations`, compiled (custom resources only).
+    pub(crate) rules: Vec<cel::Rule>,
+    /// `x-kubernetes-list-type` (and `-list-map-keys`), as written (custom
+    /// resources only).
+    pub(crate) list_type: Option<ListType>,
+    /// `x-kubernetes-map-type: atomic`.
+    pub(crate) map_atomic: bool,
+    /// This node or one below it (properties, additionalProperties, items) has a
+    /// `default`.
+    pub(crate) defaults_below: bool,
+    /// This node or one below it has rules or a `set`/`map` list type.
+    pub(crate) rules_below: bool,
+}
+
+/// Where a node with `x-kubernetes-validations` is in the schema.
+#[derive(Debug)]
+pub(crate) struct RuleSite {
+    pub(crate) node: NodeId,
+    /// Schema path (`properties[spec].items`), `""` at the root.
+    pub(crate) path: String,
+    /// The schema path of the nearest enclosing array that is not a `map` list (or
+    /// atomic map) when the node is below one: `oldSelf` can't be used there.
+    pub(crate) uncorrelatable: Option<String>,
+    /// The node is a resource root (the root, or an embedded resource).
+    pub(crate) resource: bool,
+    /// The rules as written.
+    pub(crate) specs: Vec<cel::RuleSpec>,
 }
 
 /// A set of compiled nodes; refs between definitions are plain indices, so
@@ -125,6 +154,8 @@ pub(crate) struct Node {
 #[derive(Debug, Default)]
 pub(crate) struct Graph {
     pub(crate) nodes: Vec<Node>,
+    /// Nodes with `x-kubernetes-validations`, in schema order.
+    pub(crate) sites: Vec<RuleSite>,
 }
 
 /// Compilation state.
@@ -135,6 +166,10 @@ struct Compiler<'a> {
     /// Built-in semantics: objects without `properties`/`additionalProperties` are
     /// free-form (as Go's `runtime.RawExtension` or `FieldsV1` decode anything).
     builtin: bool,
+    /// Inside `allOf`/`anyOf`/`oneOf`/`not`: extensions are not structural there.
+    junctor: usize,
+    /// See [`RuleSite::uncorrelatable`].
+    uncorrelatable: Option<String>,
 }
 
 impl Graph {
@@ -153,6 +188,8 @@ impl Graph {
             graph,
             refs: Some(&ids),
             builtin: true,
+            junctor: 0,
+            uncorrelatable: None,
         };
         for (name, def) in defs {
             let Some(&id) = ids.get(name) else { continue };
@@ -174,18 +211,69 @@ impl Graph {
                 _ => {}
             }
         }
-        Ok((compiler.graph, ids))
+        let mut graph = compiler.graph;
+        graph.mark_subtrees();
+        Ok((graph, ids))
     }
 
     /// Compiles one standalone schema (no `$ref`s); returns the graph and the root.
+    /// `x-kubernetes-validations` rules are compiled too (a rule that doesn't
+    /// compile is kept with its error: see [`rules::check_rules`]).
     fn compile_standalone(schema: &Value) -> Result<(Graph, NodeId), SchemaError> {
         let mut compiler = Compiler {
             graph: Graph::default(),
             refs: None,
             builtin: false,
+            junctor: 0,
+            uncorrelatable: None,
         };
         let root = compiler.node(schema, "")?;
-        Ok((compiler.graph, root))
+        let mut graph = compiler.graph;
+        if let Some(site) = graph.sites.iter_mut().find(|s| s.node == root) {
+            site.resource = true;
+        }
+        rules::compile_rules(&mut graph, root);
+        graph.mark_subtrees();
+        Ok((graph, root))
+    }
+
+    /// Sets `defaults_below` and `rules_below` (a fixpoint: built-in definitions
+    /// refer to each other in cycles).
+    fn mark_subtrees(&mut self) {
+        for n in &mut self.nodes {
+            n.defaults_below = n.default.is_some();
+            n.rules_below = !n.rules.is_empty()
+                || matches!(n.list_type, Some(ListType::Set | ListType::Map(_)));
+        }
+        loop {
+            let mut changed = false;
+            for id in 0..self.nodes.len() {
+                let n = &self.nodes[id];
+                let children = n
+                    .properties
+                    .values()
+                    .copied()
+                    .chain(match n.additional {
+                        Additional::Schema(a) => Some(a),
+                        _ => None,
+                    })
+                    .chain(n.items);
+                let (mut d, mut r) = (n.defaults_below, n.rules_below);
+                for c in children {
+                    d |= self.nodes[c].defaults_below;
+                    r |= self.nodes[c].rules_below;
+                }
+                let n = &mut self.nodes[id];
+                if (d, r) != (n.defaults_below, n.rules_below) {
+                    n.defaults_below = d;
+                    n.rules_below = r;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
     }
 }
 
@@ -321,7 +409,43 @@ impl Compiler<'_> {
                 .collect();
         }
         node.default = map.get("default").cloned();
+        let extensions = !self.builtin && self.junctor == 0;
+        if extensions {
+            node.list_type = match map.get("x-kubernetes-list-type").and_then(Value::as_str) {
+                Some("atomic") => Some(ListType::Atomic),
+                Some("set") => Some(ListType::Set),
+                Some("map") => Some(ListType::Map(
+                    map.get("x-kubernetes-list-map-keys")
+                        .and_then(Value::as_array)
+                        .map(|keys| {
+                            keys.iter()
+                                .filter_map(Value::as_str)
+                                .map(str::to_owned)
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                )),
+                _ => None,
+            };
+            node.map_atomic =
+                map.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic");
+            if let Some(Value::Array(list)) = map.get("x-kubernetes-validations")
+                && !list.is_empty()
+            {
+                self.graph.sites.push(RuleSite {
+                    node: id,
+                    path: path.to_owned(),
+                    uncorrelatable: self.uncorrelatable.clone(),
+                    resource: node.embedded,
+                    specs: list.iter().map(cel::RuleSpec::parse).collect(),
+                });
+            }
+        }
+        let saved_uncorrelatable = self.uncorrelatable.clone();
 
+        if node.map_atomic && self.uncorrelatable.is_none() {
+            self.uncorrelatable = Some(path.to_owned());
+        }
         if let Some(Value::Object(props)) = map.get("properties") {
             for (name, schema) in props {
                 let child =
@@ -337,6 +461,10 @@ impl Compiler<'_> {
             }
             _ => {}
         }
+        self.uncorrelatable = saved_uncorrelatable.clone();
+        if !matches!(node.list_type, Some(ListType::Map(_))) && self.uncorrelatable.is_none() {
+            self.uncorrelatable = Some(path.to_owned());
+        }
         match map.get("items") {
             Some(schema @ (Value::Object(_) | Value::Bool(true))) => {
                 node.items = Some(self.node(schema, &child_path(path, ".items"))?);
@@ -350,6 +478,8 @@ impl Compiler<'_> {
             }
             _ => {}
         }
+        self.uncorrelatable = saved_uncorrelatable;
+        self.junctor += 1;
         for (keyword, list) in [("allOf", 0), ("anyOf", 1), ("oneOf", 2)] {
             if let Some(Value::Array(schemas)) = map.get(keyword) {
                 let mut ids = Vec::with_capacity(schemas.len());
@@ -366,6 +496,7 @@ impl Compiler<'_> {
         if let Some(schema @ Value::Object(_)) = map.get("not") {
             node.not = Some(self.node(schema, &child_path(path, ".not"))?);
         }
+        self.junctor -= 1;
 
         if self.builtin
             && node.properties.is_empty()
@@ -390,7 +521,6 @@ pub struct Validator {
     /// Custom-resource semantics at the root: `apiVersion`, `kind` and `metadata`
     /// are implicit, and `metadata` is pruned/checked as an `ObjectMeta`.
     custom: bool,
-    has_defaults: bool,
 }
 
 impl fmt::Debug for Validator {
@@ -405,28 +535,27 @@ impl fmt::Debug for Validator {
 impl Validator {
     /// A validator for one built-in definition.
     pub(crate) fn builtin(graph: Arc<Graph>, root: NodeId) -> Validator {
-        let has_defaults = reachable_defaults(&graph, root);
         Validator {
             graph,
             root,
             custom: false,
-            has_defaults,
         }
     }
 
-    /// Compiles the `openAPIV3Schema` of a CRD version.
+    /// Compiles the `openAPIV3Schema` of a CRD version, including its
+    /// `x-kubernetes-validations` CEL rules (once, here).
     ///
-    /// This does not check that the schema is structural: use [`crate::check_structural`]
-    /// when admitting the CRD. Fails only on schemas that cannot be used at all (a
-    /// keyword of the wrong JSON type, an invalid `pattern`).
+    /// This does not check that the schema is structural nor that its rules
+    /// compile: use [`crate::check_structural`] when admitting the CRD. Fails only
+    /// on schemas that cannot be used at all (a keyword of the wrong JSON type, an
+    /// invalid `pattern`); a rule that doesn't compile is reported by
+    /// [`Validator::validate`] as kube-apiserver does (`rule compile error: ...`).
     pub fn from_crd_schema(schema: &Value) -> Result<Validator, SchemaError> {
         let (graph, root) = Graph::compile_standalone(schema)?;
-        let has_defaults = graph.nodes.iter().any(|n| n.default.is_some());
         Ok(Validator {
             graph: Arc::new(graph),
             root,
             custom: true,
-            has_defaults,
         })
     }
 
@@ -438,21 +567,71 @@ impl Validator {
         Ok(v)
     }
 
-    /// Validates `obj` against the schema: type, format (int32/int64/float/double,
-    /// byte, date-time, date, and a few string formats), required, enum,
-    /// minimum/maximum/exclusive*, multipleOf, minLength/maxLength, pattern,
-    /// minItems/maxItems/uniqueItems, minProperties/maxProperties, nullable,
-    /// allOf/anyOf/oneOf/not, `x-kubernetes-int-or-string`,
+    /// Validates a new object (a create) against the schema: type, format
+    /// (int32/int64/float/double, byte, date-time, date, and a few string formats),
+    /// required, enum, minimum/maximum/exclusive*, multipleOf, minLength/maxLength,
+    /// pattern, minItems/maxItems/uniqueItems, minProperties/maxProperties,
+    /// nullable, allOf/anyOf/oneOf/not, `x-kubernetes-int-or-string`,
     /// `x-kubernetes-preserve-unknown-fields`, `x-kubernetes-embedded-resource`,
-    /// additionalProperties and items.
+    /// additionalProperties and items; then the `x-kubernetes-list-type`
+    /// invariants (`set` items and `map` keys unique: `Duplicate value: ...` at
+    /// `path[i]`) and the `x-kubernetes-validations` rules (transition rules, those
+    /// using `oldSelf`, are skipped on create unless `optionalOldSelf`). A failing
+    /// rule gives kube-apiserver's cause, e.g. field `spec`, `FieldValueInvalid`,
+    /// `Invalid value: "object": minReplicas must not exceed replicas` (field
+    /// `<nil>` for a rule at the root). Rules don't run when the schema gave a
+    /// blocking error (type, required, enum, too long, too many); the cause `<nil>:
+    /// Invalid value: null: some validation rules were not checked because the
+    /// object was invalid; ...` says so.
     ///
     /// For custom resources, `apiVersion`, `kind` and `metadata` at the root are only
     /// checked for their JSON type (and against the schema's own constraints on
     /// them, if it has any); the server validates metadata itself.
     pub fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        self.validate_inner(obj, None)
+    }
+
+    /// Validates an update of `old` (the stored object) to `new`: as
+    /// [`Validator::validate`], with `oldSelf` bound for transition rules wherever
+    /// the old value can be correlated (through object properties and
+    /// `additionalProperties` keys, unless `x-kubernetes-map-type: atomic`, and
+    /// through the keys of `map` lists), and with rules not using `oldSelf`
+    /// skipped where the value is unchanged (kube-apiserver's ratcheting).
+    pub fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
+        self.validate_inner(new, Some(old))
+    }
+
+    fn validate_inner(&self, new: &Value, old: Option<&Value>) -> Vec<FieldError> {
         let mut v = validate::Validation::new(&self.graph);
-        v.root(self.root, obj, self.custom);
-        v.errors
+        v.root(self.root, new, self.custom);
+        let mut errors = v.errors;
+        if !self.custom || !self.graph.nodes[self.root].rules_below {
+            return errors;
+        }
+        let blocking = errors.iter().any(|e| {
+            matches!(
+                e.reason,
+                messages::NOT_SUPPORTED
+                    | messages::REQUIRED
+                    | messages::TOO_LONG
+                    | messages::TOO_MANY
+                    | messages::TYPE_INVALID
+            )
+        });
+        let has_rules = !self.graph.sites.is_empty();
+        let mut walk = rules::Walk::new(&self.graph, !blocking);
+        let ratchet = old.is_some_and(|o| validate::json_eq(o, new));
+        walk.node(self.root, new, old, &mut String::new(), ratchet, true);
+        errors.extend(walk.list_errors);
+        if blocking && has_rules {
+            errors.push(messages::invalid(
+                "<nil>",
+                &Value::Null,
+                "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+            ));
+        }
+        errors.extend(walk.rule_errors);
+        errors
     }
 
     /// Removes fields not in the schema (except under
@@ -479,32 +658,54 @@ impl Validator {
     /// Applies `default` values, as kube-apiserver does on create, update and read:
     /// a property's default is set when the property is missing (or a non-nullable
     /// `null`) and its parent object exists; defaults inside defaults apply too.
-    pub fn apply_defaults(&self, obj: &mut Value) {
-        if self.has_defaults {
-            walk::default(&self.graph, self.root, obj);
+    /// Returns whether anything changed.
+    ///
+    /// Idempotent (a second call changes nothing and returns `false`), and cheap
+    /// when the schema has no defaults (nothing is walked) or the object already
+    /// has them (only the parts of the object whose schema has defaults below are
+    /// walked, nothing is allocated).
+    pub fn apply_defaults(&self, obj: &mut Value) -> bool {
+        if self.graph.nodes[self.root].defaults_below {
+            walk::default(&self.graph, self.root, obj)
+        } else {
+            false
         }
     }
-}
 
-/// Whether any node reachable from `root` has a default.
-fn reachable_defaults(graph: &Graph, root: NodeId) -> bool {
-    let mut seen = vec![false; graph.nodes.len()];
-    let mut stack = vec![root];
-    while let Some(id) = stack.pop() {
-        if std::mem::replace(&mut seen[id], true) {
-            continue;
+    /// The `x-kubernetes-list-type` of the list at `path` (field names from the
+    /// root; array items are traversed implicitly, so `["spec", "ports", "name"]`
+    /// is `name` in the items of `spec.ports`), for server-side apply: the
+    /// declared type, or [`ListType::Atomic`] for an array without one (as for
+    /// custom resources in kube-apiserver). `None` if the path is not an array of
+    /// the schema (unknown field, under `x-kubernetes-preserve-unknown-fields`,
+    /// not an array), and always `None` for built-in kinds: k8s-openapi's schemas
+    /// carry no list types (use the strategic-merge-patch metadata for those).
+    pub fn list_type_at(&self, path: &[&str]) -> Option<ListType> {
+        if !self.custom {
+            return None;
+        }
+        let graph = &self.graph;
+        let mut id = self.root;
+        for name in path {
+            // Array items are traversed implicitly.
+            while let (Some(item), true) =
+                (graph.nodes[id].items, graph.nodes[id].types == Types::ARRAY)
+            {
+                id = item;
+            }
+            let n = &graph.nodes[id];
+            id = match (n.properties.get(*name), n.additional) {
+                (Some(&c), _) => c,
+                (None, Additional::Schema(a)) => a,
+                _ => return None,
+            };
         }
         let n = &graph.nodes[id];
-        if n.default.is_some() {
-            return true;
+        if n.types != Types::ARRAY {
+            return None;
         }
-        stack.extend(n.properties.values().copied());
-        if let Additional::Schema(a) = n.additional {
-            stack.push(a);
-        }
-        stack.extend(n.items);
+        Some(n.list_type.clone().unwrap_or(ListType::Atomic))
     }
-    false
 }
 
 /// The `ObjectMeta` validator used for custom resources' `metadata`.

@@ -288,9 +288,14 @@ impl<'a> Walker<'a> {
     }
 }
 
-/// `defaulting.Default`.
-pub(crate) fn default(graph: &Graph, id: NodeId, x: &mut Value) {
+/// `defaulting.Default`; returns whether anything changed. Only descends where
+/// the schema has defaults below (`defaults_below`).
+pub(crate) fn default(graph: &Graph, id: NodeId, x: &mut Value) -> bool {
     let n = &graph.nodes[id];
+    if !n.defaults_below {
+        return false;
+    }
+    let mut changed = false;
     match x {
         Value::Object(map) => {
             for (key, &pid) in &n.properties {
@@ -299,23 +304,41 @@ pub(crate) fn default(graph: &Graph, id: NodeId, x: &mut Value) {
                 match map.get_mut(key) {
                     None => {
                         map.insert(key.clone(), d.clone());
+                        changed = true;
                     }
-                    Some(v) if v.is_null() && !p.nullable => *v = d.clone(),
+                    Some(v) if v.is_null() && !p.nullable => {
+                        *v = d.clone();
+                        changed = true;
+                    }
                     Some(_) => {}
                 }
             }
-            for (key, v) in map.iter_mut() {
-                if let Some(&pid) = n.properties.get(key) {
-                    default(graph, pid, v);
-                } else if let Additional::Schema(a) = n.additional {
+            match n.additional {
+                Additional::Schema(a) if graph.nodes[a].defaults_below => {
                     let an = &graph.nodes[a];
-                    if v.is_null()
-                        && !an.nullable
-                        && let Some(d) = &an.default
-                    {
-                        *v = d.clone();
+                    for (key, v) in map.iter_mut() {
+                        if let Some(&pid) = n.properties.get(key) {
+                            changed |= default(graph, pid, v);
+                            continue;
+                        }
+                        if v.is_null()
+                            && !an.nullable
+                            && let Some(d) = &an.default
+                        {
+                            *v = d.clone();
+                            changed = true;
+                        }
+                        changed |= default(graph, a, v);
                     }
-                    default(graph, a, v);
+                }
+                _ => {
+                    for (key, &pid) in &n.properties {
+                        if graph.nodes[pid].defaults_below
+                            && let Some(v) = map.get_mut(key)
+                        {
+                            changed |= default(graph, pid, v);
+                        }
+                    }
                 }
             }
         }
@@ -328,11 +351,13 @@ pub(crate) fn default(graph: &Graph, id: NodeId, x: &mut Value) {
                         && let Some(d) = &itn.default
                     {
                         *v = d.clone();
+                        changed = true;
                     }
-                    default(graph, item, v);
+                    changed |= default(graph, item, v);
                 }
             }
         }
         _ => {}
     }
+    changed
 }
