@@ -690,7 +690,13 @@ fn to_def(r: &Row) -> ResourceDef {
         generation: r.generation,
         strategy: r.strategy,
         custom: None,
+        conversion: (group_is_events(r.gv) && r.kind == "Event")
+            .then_some(&crate::convert::EVENTS_V1),
     }
+}
+
+fn group_is_events(gv: &str) -> bool {
+    gv == "events.k8s.io/v1"
 }
 
 // ---- computed cells ----

@@ -529,6 +529,7 @@ fn rows_for(crd: &Value) -> Vec<(ResourceDef, Option<Arc<Value>>)> {
                 storage_version: storage.clone(),
                 crd_uid: uid.clone(),
             }),
+            conversion: None,
         };
         out.push((def, schema.map(Arc::new)));
     }

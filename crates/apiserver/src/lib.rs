@@ -23,10 +23,12 @@
 pub mod body;
 mod builtin;
 pub mod codec;
+mod convert;
 mod crd;
 mod discovery;
 pub mod error;
 mod fieldset;
+mod jsonpatch;
 mod object;
 mod patch;
 mod protobuf;

@@ -44,16 +44,6 @@ pub fn encode_with_rv(mut obj: Value, rev: u64) -> bytes::Bytes {
     bytes::Bytes::from(serde_json::to_vec(&obj).unwrap_or_default())
 }
 
-/// The object without the fields the server owns, for no-op detection.
-pub fn comparable(obj: &Value) -> Value {
-    let mut o = obj.clone();
-    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-        m.remove("managedFields");
-    }
-    o
-}
-
 /// Everything but metadata and status: what a generation bump looks at.
 pub fn spec_part(obj: &Value) -> Value {
     let mut o = obj.clone();

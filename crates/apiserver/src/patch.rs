@@ -45,30 +45,28 @@ pub async fn patch(ctx: &mut Ctx<'_>, body: &[u8], sub: Sub) -> ApiResult<Respon
                 let mut applied = patch_doc.clone();
                 rest::check_type_meta(ctx, &mut applied)?;
                 require_type_meta(&patch_doc)?;
-                let fields = crate::fieldset::of_object(&applied);
-                crate::fieldset::set_managed(
-                    &mut applied,
-                    &[],
-                    &manager,
-                    "Apply",
-                    &ctx.def.api_version(),
-                    &fields,
-                    sub,
-                );
-                rest::create_object(ctx, applied).await?
+                let created = apply(ctx, &name, None, applied, &manager, sub)?;
+                match rest::create_object(ctx, created).await {
+                    // Created concurrently: apply to it.
+                    Err(e) if e.code == 409 && e.reason == "AlreadyExists" => continue,
+                    other => other?,
+                }
             }
             (_, None) => return Err(ApiError::not_found(ctx.def.gr(), &name)),
             (ty, Some(current)) => {
-                let live: Value = serde_json::from_slice(&current.value)
-                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                let live: Value = ctx
+                    .def
+                    .decode_stored(&current.value)
+                    .ok_or_else(|| ApiError::internal("the stored object is not valid JSON"))?;
                 let patched = match ty {
                     BodyType::JsonPatch => {
-                        let p: json_patch::Patch = serde_json::from_value(patch_doc.clone())
-                            .map_err(|e| {
-                                ApiError::bad_request(format!("the JSON patch is not valid: {e}"))
-                            })?;
+                        if !patch_doc.is_array() {
+                            return Err(ApiError::bad_request(
+                                "the JSON patch is not valid: expected an array of operations",
+                            ));
+                        }
                         let mut doc = live.clone();
-                        json_patch::patch(&mut doc, &p).map_err(|e| {
+                        crate::jsonpatch::apply(&mut doc, &patch_doc).map_err(|e| {
                             ApiError::invalid(
                                 &ctx.def.group,
                                 &ctx.def.kind,
@@ -121,7 +119,7 @@ pub async fn patch(ctx: &mut Ctx<'_>, body: &[u8], sub: Sub) -> ApiResult<Respon
                         let manager = field_manager(ctx, true)?;
                         let mut applied = patch_doc.clone();
                         rest::check_type_meta(ctx, &mut applied)?;
-                        apply(ctx, &name, &live, applied, &manager, sub)?
+                        apply(ctx, &name, Some(&live), applied, &manager, sub)?
                     }
                     BodyType::Json | BodyType::Yaml | BodyType::Protobuf => {
                         unreachable!("rejected above")
@@ -183,89 +181,83 @@ fn field_manager(ctx: &Ctx<'_>, required: bool) -> ApiResult<String> {
     }
 }
 
-/// Server-side apply onto a live object: merge, drop fields this manager
-/// stopped applying (unless others own them), detect conflicts.
+/// Server-side apply of `applied` onto `live` (None: create): the merged
+/// object with its managedFields, or 409 with one cause per conflicting
+/// field.
 fn apply(
     ctx: &Ctx<'_>,
     name: &str,
-    live: &Value,
+    live: Option<&Value>,
     applied: Value,
     manager: &str,
     sub: Sub,
 ) -> ApiResult<Value> {
-    use crate::fieldset::{self, FieldSet};
-    let force = ctx.query.flag("force");
-    let api_version = ctx.def.api_version();
-    let managed = fieldset::managed_entries(live);
-    let new_set = fieldset::of_object(&applied);
-    let mut conflicts = Vec::new();
-    let mut others: Vec<(String, String, FieldSet)> = Vec::new();
-    let mut previous = FieldSet::default();
-    for e in &managed {
-        if e.manager == manager && e.operation == "Apply" {
-            previous = e.fields.clone();
-        } else {
-            others.push((e.manager.clone(), e.operation.clone(), e.fields.clone()));
-        }
-    }
-    for path in new_set.paths() {
-        let want = fieldset::value_at(&applied, path);
-        let have = fieldset::value_at(live, path);
-        if have.is_some() && want != have {
-            for (m, _, set) in &others {
-                if set.contains(path) {
-                    conflicts.push((m.clone(), fieldset::display_path(path)));
-                }
-            }
-        }
-    }
-    if !conflicts.is_empty() && !force {
-        let causes: Vec<Cause> = conflicts
-            .iter()
-            .map(|(m, p)| Cause {
-                reason: "FieldManagerConflict".into(),
-                message: format!("conflict with \"{m}\" using {api_version}"),
-                field: p.clone(),
-            })
-            .collect();
-        let n = causes.len();
-        let mut e = ApiError::conflict(ctx.def.gr(), name, "");
-        e.message = format!(
-            "Apply failed with {n} conflict{}: {}",
-            if n == 1 { "" } else { "s" },
-            causes
-                .iter()
-                .map(|c| format!("{}: {}", c.message, c.field))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        e.details.causes = causes;
-        return Err(e);
-    }
-    // Forced: the other managers lose the fields taken over.
-    if force {
-        for (_, _, set) in &mut others {
-            for (_, p) in &conflicts {
-                set.remove_display(p);
-            }
-        }
-    }
-    let mut merged = live.clone();
-    fieldset::merge_applied(&mut merged, &applied);
-    for path in previous.paths() {
-        if !new_set.contains(path) && !others.iter().any(|(_, _, s)| s.contains(path)) {
-            fieldset::remove_at(&mut merged, path);
-        }
-    }
-    let others_entries: Vec<(String, String, FieldSet)> = others;
-    fieldset::set_managed(
-        &mut merged,
-        &others_entries,
+    use crate::fieldset::{self, ApplyError, ApplyRequest};
+    let req = ApplyRequest {
         manager,
-        "Apply",
-        &api_version,
-        &new_set,
+        force: ctx.query.flag("force"),
         sub,
-    );
-    Ok(merged)
+    };
+    match fieldset::apply(ctx, live, &applied, &req) {
+        Ok(v) => Ok(v),
+        Err(ApplyError::Conflicts(c)) => Err(conflict_error(&c)),
+        Err(ApplyError::BadRequest(m)) => Err(ApiError::bad_request(m)),
+        Err(ApplyError::Internal(m)) => Err(ApiError::internal(m)),
+        Err(ApplyError::Config(e)) => Err(ApiError::invalid(
+            &ctx.def.group,
+            &ctx.def.kind,
+            name,
+            vec![Cause {
+                reason: if e.duplicate {
+                    "FieldValueDuplicate"
+                } else {
+                    "FieldValueInvalid"
+                }
+                .into(),
+                message: e.message,
+                field: e.field,
+            }],
+        )),
+    }
+}
+
+/// kube's apply conflict: 409 Conflict, one `FieldManagerConflict` cause per
+/// field, the message listing them by manager.
+fn conflict_error(conflicts: &[(String, String)]) -> ApiError {
+    let causes: Vec<Cause> = conflicts
+        .iter()
+        .map(|(m, p)| Cause {
+            reason: "FieldManagerConflict".into(),
+            message: format!("conflict with {m}"),
+            field: p.clone(),
+        })
+        .collect();
+    let message = match conflicts {
+        [(m, p)] => format!("Apply failed with 1 conflict: conflict with {m}: {p}"),
+        _ => {
+            let mut lines = Vec::new();
+            let mut last: Option<&str> = None;
+            for (m, p) in conflicts {
+                if last != Some(m.as_str()) {
+                    lines.push(format!("conflicts with {m}:"));
+                    last = Some(m);
+                }
+                lines.push(format!("- {p}"));
+            }
+            format!(
+                "Apply failed with {} conflicts: {}",
+                conflicts.len(),
+                lines.join("\n")
+            )
+        }
+    };
+    ApiError {
+        code: 409,
+        reason: "Conflict",
+        message,
+        details: Box::new(crate::error::Details {
+            causes,
+            ..Default::default()
+        }),
+    }
 }

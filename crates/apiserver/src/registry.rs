@@ -111,6 +111,8 @@ pub struct ResourceDef {
     pub validator: Option<Arc<Validator>>,
     /// Set for custom resources.
     pub custom: Option<CustomInfo>,
+    /// Set when objects are stored in another resource's form and storage.
+    pub conversion: Option<&'static crate::convert::Conversion>,
 }
 
 impl ResourceDef {
@@ -133,12 +135,12 @@ impl ResourceDef {
 
     /// Storage key prefix for the whole resource (all namespaces).
     pub fn key_prefix(&self) -> String {
-        let group = if self.group.is_empty() {
-            "core"
-        } else {
-            &self.group
+        let (group, plural) = match self.conversion {
+            Some(c) => (c.storage_group, c.storage_plural),
+            None => (self.group.as_str(), self.plural.as_str()),
         };
-        format!("/registry/{group}/{}/", self.plural)
+        let group = if group.is_empty() { "core" } else { group };
+        format!("/registry/{group}/{plural}/")
     }
 
     /// Storage key prefix for one namespace (or the whole resource when

@@ -144,18 +144,7 @@ impl Ctx<'_> {
 
     /// Render stored bytes for the requested version and form.
     pub(crate) fn output(&self, bytes: &Bytes) -> Bytes {
-        match &self.def.custom {
-            Some(c) if c.storage_version != self.def.version => {
-                match serde_json::from_slice::<Value>(bytes) {
-                    Ok(mut v) => {
-                        v["apiVersion"] = json!(self.def.api_version());
-                        Bytes::from(v.to_string())
-                    }
-                    Err(_) => bytes.clone(),
-                }
-            }
-            _ => bytes.clone(),
-        }
+        self.def.present(bytes)
     }
 
     /// Respond with one object in the negotiated form.
@@ -406,9 +395,8 @@ pub(crate) async fn list_page(
         let n = r.kvs.len();
         let batch_last = r.kvs.last().map(|kv| kv.key.to_string());
         for (i, kv) in r.kvs.into_iter().enumerate() {
-            let obj: Value = match serde_json::from_slice(&kv.value) {
-                Ok(v) => v,
-                Err(_) => continue,
+            let Some(obj) = ctx.def.decode_stored(&kv.value) else {
+                continue;
             };
             if !matches(&obj, labels, fields) {
                 continue;
@@ -453,7 +441,7 @@ async fn list(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
         let objs: Vec<Value> = page
             .items
             .iter()
-            .filter_map(|kv| serde_json::from_slice(&ctx.output(&kv.value)).ok())
+            .filter_map(|kv| ctx.def.decode_stored(&kv.value))
             .collect();
         let body = if ctx.accept.table {
             table::table(
@@ -565,7 +553,12 @@ pub(crate) fn check_type_meta(ctx: &Ctx<'_>, obj: &mut Value) -> ApiResult<()> {
 
 /// Validate the object: metadata names, and the schema (pruning and
 /// defaulting custom resources; unknown fields per `fieldValidation`).
-pub(crate) fn validate(ctx: &mut Ctx<'_>, obj: &mut Value, name: &str) -> ApiResult<()> {
+pub(crate) fn validate(
+    ctx: &mut Ctx<'_>,
+    obj: &mut Value,
+    name: &str,
+    old: Option<&Value>,
+) -> ApiResult<()> {
     if ctx.def.custom.is_none() {
         object::strip_nulls(obj);
     }
@@ -609,7 +602,11 @@ pub(crate) fn validate(ctx: &mut Ctx<'_>, obj: &mut Value, name: &str) -> ApiRes
             v.prune(obj);
             v.apply_defaults(obj);
         }
-        for e in v.validate(obj) {
+        let errors = match old {
+            Some(o) => v.validate_update(obj, o),
+            None => v.validate(obj),
+        };
+        for e in errors {
             causes.push(Cause {
                 reason: e.reason.to_string(),
                 message: e.message,
@@ -718,7 +715,7 @@ pub(crate) async fn create_object(
     }
     check_namespace(ctx, &name)?;
     crate::strategy::prepare_create(ctx, &mut obj);
-    validate(ctx, &mut obj, &name)?;
+    validate(ctx, &mut obj, &name, None)?;
     {
         let m = meta_mut(&mut obj);
         m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
@@ -734,10 +731,12 @@ pub(crate) async fn create_object(
         }
     }
     crate::crd::before_create(ctx, &mut obj)?;
+    crate::fieldset::track_create(ctx, &mut obj)?;
     if ctx.dry_run() {
         return Ok((StatusCode::CREATED, Bytes::from(obj.to_string())));
     }
     let key = ctx.key(&name);
+    let obj = ctx.def.to_storage(obj);
     let kv = match ctx
         .server
         .store()
@@ -802,8 +801,10 @@ pub(crate) async fn update_object(
     {
         return Err(ApiError::stale(ctx.def.gr(), name));
     }
-    let old: Value =
-        serde_json::from_slice(&current.value).map_err(|e| ApiError::internal(e.to_string()))?;
+    let old: Value = ctx
+        .def
+        .decode_stored(&current.value)
+        .ok_or_else(|| ApiError::internal("the stored object is not valid JSON"))?;
     if ctx.def.namespaced {
         let ns = ctx.ns.clone().unwrap_or_default();
         if meta_str(&obj, "namespace").is_some_and(|n| !n.is_empty() && n != ns) {
@@ -833,6 +834,7 @@ pub(crate) async fn update_object(
         }
         Sub::Status => {
             let mut o = old.clone();
+            crate::fieldset::carry_managed(&obj, &mut o);
             match obj.get("status") {
                 Some(s) => o["status"] = s.clone(),
                 None => {
@@ -896,7 +898,7 @@ pub(crate) async fn update_object(
         }
     }
     crate::strategy::prepare_update(ctx, &mut obj, &old);
-    validate(ctx, &mut obj, name)?;
+    validate(ctx, &mut obj, name, Some(&old))?;
     if ctx.def.generation && object::spec_part(&obj) != object::spec_part(&old) {
         let g = old
             .pointer("/metadata/generation")
@@ -907,13 +909,14 @@ pub(crate) async fn update_object(
     }
     crate::crd::before_update(ctx, &mut obj, &old)?;
     let finished = finalized_and_deleting(&obj);
-    if object::comparable(&obj) == object::comparable(&old) {
+    if crate::fieldset::track_update(ctx, &old, &mut obj, sub)? {
         return Ok((StatusCode::OK, current.value));
     }
     if ctx.dry_run() {
         return Ok((StatusCode::OK, Bytes::from(obj.to_string())));
     }
     let key = ctx.key(name);
+    let obj = ctx.def.to_storage(obj);
     if finished {
         // The last finalizer is gone from an object being deleted: delete it.
         let deleted = delete_now(ctx, &key, name, Some(current.mod_revision), obj).await?;
@@ -936,12 +939,20 @@ pub(crate) async fn update_object(
     Ok((StatusCode::OK, kv.value))
 }
 
+/// Whether an object being deleted has nothing left holding it: no
+/// `metadata.finalizers`, and for a namespace no `spec.finalizers` either
+/// (kube's `ShouldDeleteNamespaceDuringUpdate`).
 fn finalized_and_deleting(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp").is_some()
-        && obj
-            .pointer("/metadata/finalizers")
+    let empty = |p: &str| {
+        obj.pointer(p)
             .and_then(Value::as_array)
             .is_none_or(Vec::is_empty)
+    };
+    let namespace = obj.get("kind").and_then(Value::as_str) == Some("Namespace")
+        && obj.get("apiVersion").and_then(Value::as_str) == Some("v1");
+    obj.pointer("/metadata/deletionTimestamp").is_some()
+        && empty("/metadata/finalizers")
+        && (!namespace || empty("/spec/finalizers"))
 }
 
 /// Remove an object from the store; the DELETED event carries `last` with
@@ -975,10 +986,67 @@ pub(crate) async fn delete_now(
 /// DeleteOptions from the body and the query.
 #[derive(Debug, Default)]
 pub(crate) struct DeleteOptions {
+    /// `propagationPolicy`: Background, Foreground or Orphan.
     pub propagation: Option<String>,
+    /// The deprecated `orphanDependents`.
+    pub orphan_dependents: Option<bool>,
+    /// `preconditions.uid`.
     pub uid: Option<String>,
+    /// `preconditions.resourceVersion`.
     pub resource_version: Option<String>,
+    /// `gracePeriodSeconds`.
     pub grace: Option<i64>,
+    /// `dryRun: ["All"]` in the body (the query's `dryRun` is in `Ctx`).
+    pub dry_run: bool,
+}
+
+/// `finalizer orphan`: the garbage collector orphans the dependents, then
+/// removes it.
+const FINALIZER_ORPHAN: &str = "orphan";
+/// `foregroundDeletion`: the garbage collector deletes the blocking
+/// dependents first, then removes it.
+const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
+
+impl DeleteOptions {
+    /// The finalizers the object should carry for this deletion when a
+    /// garbage collector runs (kube's `deletionFinalizersForGarbageCollection`):
+    /// `orphan` and `foregroundDeletion` follow the options, else whichever
+    /// the object already has. `None` when nothing changes.
+    fn gc_finalizers(&self, current: &[Value]) -> Option<Vec<Value>> {
+        let has = |f: &str| current.iter().any(|x| x == f);
+        let first_of = || {
+            current.iter().find_map(|x| match x.as_str() {
+                Some(FINALIZER_ORPHAN) => Some(true),
+                Some(FINALIZER_FOREGROUND) => Some(false),
+                _ => None,
+            })
+        };
+        let orphan = match (self.orphan_dependents, self.propagation.as_deref()) {
+            (Some(o), _) => o,
+            (None, Some("Orphan")) => true,
+            (None, Some(_)) => false,
+            (None, None) => first_of() == Some(true),
+        };
+        let foreground = match (self.orphan_dependents, self.propagation.as_deref()) {
+            (Some(_), _) => false,
+            (None, Some("Foreground")) => true,
+            (None, Some(_)) => false,
+            (None, None) => has(FINALIZER_FOREGROUND),
+        };
+        let mut out: Vec<Value> = current
+            .iter()
+            .filter(|f| *f != FINALIZER_ORPHAN && *f != FINALIZER_FOREGROUND)
+            .cloned()
+            .collect();
+        if orphan {
+            out.push(json!(FINALIZER_ORPHAN));
+        }
+        if foreground {
+            out.push(json!(FINALIZER_FOREGROUND));
+        }
+        let same = out.len() == current.len() && out.iter().all(|f| current.contains(f));
+        (!same).then_some(out)
+    }
 }
 
 fn delete_options(ctx: &Ctx<'_>, body: &[u8]) -> ApiResult<DeleteOptions> {
@@ -1002,11 +1070,11 @@ fn delete_options(ctx: &Ctx<'_>, body: &[u8]) -> ApiResult<DeleteOptions> {
             .and_then(Value::as_str)
             .map(str::to_string);
         o.grace = v.get("gracePeriodSeconds").and_then(Value::as_i64);
-        if v.get("orphanDependents").and_then(Value::as_bool) == Some(true)
-            && o.propagation.is_none()
-        {
-            o.propagation = Some("Orphan".into());
-        }
+        o.orphan_dependents = v.get("orphanDependents").and_then(Value::as_bool);
+        o.dry_run = v
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|x| x == "All"));
     }
     if let Some(p) = ctx.query.get("propagationPolicy") {
         o.propagation = Some(p.to_string());
@@ -1014,19 +1082,42 @@ fn delete_options(ctx: &Ctx<'_>, body: &[u8]) -> ApiResult<DeleteOptions> {
     if let Some(g) = ctx.query.int("gracePeriodSeconds")? {
         o.grace = Some(g);
     }
-    match o.propagation.as_deref() {
-        None | Some("Background" | "Foreground" | "Orphan") => Ok(o),
-        Some(p) => Err(ApiError::invalid(
+    if let Some(od) = ctx.query.get("orphanDependents") {
+        o.orphan_dependents = Some(od == "true");
+    }
+    // Negative grace periods are treated as 1 second (kube's BeforeDelete).
+    if let Some(g) = o.grace
+        && g < 0
+    {
+        o.grace = Some(1);
+    }
+    let invalid = |reason: &str, message: String| {
+        ApiError::invalid(
             "",
             "DeleteOptions",
             "",
             vec![Cause {
-                reason: "FieldValueNotSupported".into(),
-                message: format!(
-                    "Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
-                ),
+                reason: reason.into(),
+                message,
                 field: "propagationPolicy".into(),
             }],
+        )
+    };
+    if let (Some(_), Some(p)) = (o.orphan_dependents, o.propagation.as_deref()) {
+        return Err(invalid(
+            "FieldValueInvalid",
+            format!(
+                "Invalid value: \"{p}\": orphanDependents and deletionPropagation cannot be both set"
+            ),
+        ));
+    }
+    match o.propagation.as_deref() {
+        None | Some("Background" | "Foreground" | "Orphan") => Ok(o),
+        Some(p) => Err(invalid(
+            "FieldValueNotSupported",
+            format!(
+                "Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+            ),
         )),
     }
 }
@@ -1038,14 +1129,43 @@ async fn delete(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response<ApiBody>> 
     ctx.respond_object(code, &bytes)
 }
 
-/// Delete one object: immediately, or by setting deletionTimestamp when
-/// finalizers (or Foreground/Orphan propagation) hold it.
+fn finalizer_list(obj: &Value) -> Vec<Value> {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Delete one object, as kube's generic registry does:
+///
+/// - preconditions (uid, resourceVersion) are checked first (409);
+/// - with a garbage collector running, `propagationPolicy` Foreground or
+///   Orphan (or `orphanDependents`) adds the `foregroundDeletion` or
+///   `orphan` finalizer, Background removes them;
+/// - a graceful deletion (pods, when declared) sets `deletionTimestamp` in
+///   the future and `deletionGracePeriodSeconds`; a second DELETE may only
+///   shorten it;
+/// - an object with finalizers gets `deletionTimestamp` (and
+///   `deletionGracePeriodSeconds: 0`) and stays: the MODIFIED event tells
+///   the finalizers' controllers; otherwise it is removed;
+/// - a namespace, when a namespace controller runs, is marked Terminating
+///   and stays until its `spec.finalizers` are emptied through
+///   `namespaces/{name}/finalize`.
+///
+/// The status code is 200 unless the object stays and `orphanDependents`
+/// was explicitly false (202), like kube.
 pub(crate) async fn delete_object(
-    ctx: &mut Ctx<'_>,
+    ctx: &Ctx<'_>,
     name: &str,
     opts: &DeleteOptions,
 ) -> ApiResult<(StatusCode, Bytes)> {
     let key = ctx.key(name);
+    let dry_run = ctx.dry_run() || opts.dry_run;
+    let kept = if opts.orphan_dependents == Some(false) {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
     for _attempt in 0..16 {
         let current = ctx
             .server
@@ -1078,62 +1198,138 @@ pub(crate) async fn delete_object(
                 ),
             ));
         }
-        let mut finalizers: Vec<Value> = obj
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let extra = match opts.propagation.as_deref() {
-            Some("Foreground") => Some("foregroundDeletion"),
-            Some("Orphan") => Some("orphan"),
-            _ => None,
-        };
         let deleting = obj.pointer("/metadata/deletionTimestamp").is_some();
-        if deleting {
-            return Ok((StatusCode::ACCEPTED, current.value));
-        }
-        if let Some(f) = extra
-            && ctx.server.gc_enabled()
-            && !finalizers.iter().any(|x| x == f)
-        {
-            finalizers.push(json!(f));
-        }
-        if crate::strategy::graceful_delete(ctx, &mut obj) || !finalizers.is_empty() {
-            if ctx.dry_run() {
-                return Ok((StatusCode::ACCEPTED, current.value));
+        let old_finalizers = finalizer_list(&obj);
+        let new_finalizers = if ctx.server.gc_enabled() {
+            opts.gc_finalizers(&old_finalizers)
+        } else {
+            None
+        };
+        let mut changed = new_finalizers.is_some();
+        let finalizers = new_finalizers.unwrap_or_else(|| old_finalizers.clone());
+
+        // A namespace is marked Terminating; the namespace controller empties
+        // it and removes `kubernetes` from spec.finalizers. Without one the
+        // server does that work itself, now.
+        if ctx.def.strategy == Strategy::Namespace {
+            let controller = ctx.server.namespace_controller_enabled();
+            if !controller && !dry_run {
+                crate::strategy::before_delete(ctx, &obj).await?;
+                if let Some(f) = obj
+                    .pointer_mut("/spec/finalizers")
+                    .and_then(Value::as_array_mut)
+                {
+                    f.retain(|x| x != "kubernetes");
+                }
             }
+            let spec_finalizers = obj
+                .pointer("/spec/finalizers")
+                .and_then(Value::as_array)
+                .is_some_and(|f| !f.is_empty());
+            let held = spec_finalizers || !finalizers.is_empty();
+            if (!deleting && (controller || held)) || (deleting && spec_finalizers) {
+                let was: Value = serde_json::from_slice(&current.value)
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                crate::strategy::mark_namespace_terminating(&mut obj);
+                if !finalizers.is_empty() || changed {
+                    meta_mut(&mut obj).insert("finalizers".into(), Value::Array(finalizers));
+                }
+                if obj == was {
+                    return Ok((StatusCode::OK, current.value));
+                }
+                if dry_run {
+                    return Ok((StatusCode::OK, Bytes::from(obj.to_string())));
+                }
+                match store_update(ctx, &key, current.mod_revision, obj).await? {
+                    Some(b) => return Ok((StatusCode::OK, b)),
+                    None => continue,
+                }
+            }
+        }
+
+        // Graceful deletion: deletionTimestamp in the future.
+        let mut grace = None;
+        if let Some(period) = crate::strategy::graceful_delete(ctx, &obj, opts.grace) {
+            let existing = obj
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if deleting && existing > 0 {
+                if period >= existing {
+                    // Graceful deletion is pending: nothing to change.
+                    return Ok((kept, current.value));
+                }
+                grace = Some(period);
+            } else if !deleting && period > 0 {
+                grace = Some(period);
+            }
+        }
+        if let Some(period) = grace.filter(|p| *p > 0) {
             {
                 let m = meta_mut(&mut obj);
-                m.insert("deletionTimestamp".into(), json!(object::now_rfc3339()));
-                m.insert(
-                    "deletionGracePeriodSeconds".into(),
-                    json!(opts.grace.unwrap_or(0)),
-                );
-                if !finalizers.is_empty() {
+                let at = jiff::Timestamp::now()
+                    .checked_add(jiff::SignedDuration::from_secs(period))
+                    .unwrap_or_else(|_| jiff::Timestamp::now());
+                let at = jiff::Timestamp::from_second(at.as_second()).unwrap_or(at);
+                m.insert("deletionTimestamp".into(), json!(at.to_string()));
+                m.insert("deletionGracePeriodSeconds".into(), json!(period));
+                if changed {
                     m.insert("finalizers".into(), Value::Array(finalizers));
                 }
-                if ctx.def.generation {
+                if !deleting && ctx.def.generation {
                     let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
                     m.insert("generation".into(), json!(g));
                 }
             }
-            match ctx
-                .server
-                .store()
-                .update(&key, Some(current.mod_revision), move |rev| {
-                    object::encode_with_rv(obj, rev)
-                })
-                .await
-            {
-                Ok(kv) => return Ok((StatusCode::ACCEPTED, kv.value)),
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(StoreError::NotFound { .. }) => {
-                    return Err(ApiError::not_found(ctx.def.gr(), name));
-                }
-                Err(e) => return Err(e.into()),
+            if dry_run {
+                return Ok((kept, Bytes::from(obj.to_string())));
+            }
+            match store_update(ctx, &key, current.mod_revision, obj).await? {
+                Some(b) => return Ok((kept, b)),
+                None => continue,
             }
         }
-        if ctx.dry_run() {
+        if grace == Some(0) {
+            // Shortened to zero: the pending graceful deletion ends now.
+            changed = true;
+        }
+
+        // Finalizers hold the object: mark it deleting (kube's markAsDeleting).
+        if !finalizers.is_empty() {
+            let grace_now = obj
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64);
+            if deleting && !changed && grace_now == Some(0) {
+                return Ok((kept, current.value));
+            }
+            {
+                let now = object::now_rfc3339();
+                let m = meta_mut(&mut obj);
+                let later = m
+                    .get("deletionTimestamp")
+                    .and_then(Value::as_str)
+                    .is_none_or(|t| t > now.as_str());
+                if !deleting && ctx.def.generation {
+                    let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
+                    m.insert("generation".into(), json!(g));
+                }
+                if later {
+                    m.insert("deletionTimestamp".into(), json!(now));
+                }
+                m.insert("deletionGracePeriodSeconds".into(), json!(0));
+                m.insert("finalizers".into(), Value::Array(finalizers));
+            }
+            if dry_run {
+                return Ok((kept, Bytes::from(obj.to_string())));
+            }
+            match store_update(ctx, &key, current.mod_revision, obj).await? {
+                Some(b) => return Ok((kept, b)),
+                None => continue,
+            }
+        }
+
+        // Nothing holds it: remove it.
+        if dry_run {
             return Ok((StatusCode::OK, current.value));
         }
         crate::strategy::before_delete(ctx, &obj).await?;
@@ -1146,21 +1342,86 @@ pub(crate) async fn delete_object(
     Err(ApiError::stale(ctx.def.gr(), name))
 }
 
+/// Compare-and-swap `obj` over revision `expected`: the stored bytes, or
+/// `None` when the object changed meanwhile (the caller retries).
+async fn store_update(
+    ctx: &Ctx<'_>,
+    key: &str,
+    expected: u64,
+    obj: Value,
+) -> ApiResult<Option<Bytes>> {
+    match ctx
+        .server
+        .store()
+        .update(key, Some(expected), move |rev| {
+            object::encode_with_rv(obj, rev)
+        })
+        .await
+    {
+        Ok(kv) => Ok(Some(kv.value)),
+        Err(StoreError::Conflict { .. }) => Ok(None),
+        Err(StoreError::NotFound { .. }) => Err(ApiError::not_found(
+            ctx.def.gr(),
+            key.rsplit('/').next().unwrap_or_default(),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// How many deletions of one deletecollection run at once (kube-apiserver's
+/// `--delete-collection-workers`); concurrent writes share the durable
+/// store's group commit.
+const DELETE_COLLECTION_WORKERS: usize = 1;
+
 async fn delete_collection(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response<ApiBody>> {
-    let opts = delete_options(ctx, body)?;
+    let opts = Arc::new(delete_options(ctx, body)?);
     let (labels, fields) = ctx.selectors()?;
     let page = list_page(ctx, &labels, &fields).await?;
-    let mut items = Vec::new();
-    for kv in page.items {
-        let Some(name) = kv.key.rsplit('/').next().map(str::to_string) else {
-            continue;
-        };
-        match delete_object(ctx, &name, &opts).await {
-            Ok((_, b)) => items.push(b),
-            Err(e) if e.code == 404 => {}
-            Err(e) => return Err(e),
+    let names: Vec<String> = page
+        .items
+        .iter()
+        .filter_map(|kv| kv.key.rsplit('/').next().map(str::to_string))
+        .collect();
+    let mut done: Vec<(usize, Bytes)> = Vec::with_capacity(names.len());
+    let mut running = tokio::task::JoinSet::new();
+    let mut failed: Option<ApiError> = None;
+    for (i, name) in names.into_iter().enumerate() {
+        if running.len() >= DELETE_COLLECTION_WORKERS
+            && let Some(r) = running.join_next().await
+        {
+            collect_deleted(r, &mut done, &mut failed);
         }
+        if failed.is_some() {
+            break;
+        }
+        let server = ctx.server.clone();
+        let def = ctx.def.clone();
+        let ns = ctx.ns.clone();
+        let query = ctx.query.clone();
+        let headers = ctx.headers.clone();
+        let opts = opts.clone();
+        running.spawn(async move {
+            let ctx = Ctx {
+                server: &server,
+                def,
+                ns,
+                name: None,
+                query,
+                headers,
+                accept: Accept::default(),
+                warnings: Vec::new(),
+            };
+            delete_object(&ctx, &name, &opts).await.map(|(_, b)| (i, b))
+        });
     }
+    while let Some(r) = running.join_next().await {
+        collect_deleted(r, &mut done, &mut failed);
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    done.sort_by_key(|(i, _)| *i);
+    let items: Vec<Bytes> = done.into_iter().map(|(_, b)| b).collect();
     let mut out = format!(
         "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{}\"}},\"items\":[",
         ctx.def.kind,
@@ -1176,6 +1437,25 @@ async fn delete_collection(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response
     }
     out.extend_from_slice(b"]}");
     Ok(codec::respond(StatusCode::OK, Bytes::from(out), false))
+}
+
+/// One finished deletion of a deletecollection: kept, skipped (already
+/// gone) or the first failure.
+fn collect_deleted(
+    r: Result<ApiResult<(usize, Bytes)>, tokio::task::JoinError>,
+    done: &mut Vec<(usize, Bytes)>,
+    failed: &mut Option<ApiError>,
+) {
+    match r {
+        Ok(Ok(item)) => done.push(item),
+        Ok(Err(e)) if e.code == 404 => {}
+        Ok(Err(e)) => {
+            failed.get_or_insert(e);
+        }
+        Err(e) => {
+            failed.get_or_insert(ApiError::internal(e.to_string()));
+        }
+    }
 }
 
 /// Create a namespace if it does not exist (server start-up).

@@ -77,10 +77,7 @@ pub async fn serve(
                 let mut doc = scale.clone();
                 match ty {
                     BodyType::JsonPatch => {
-                        let p: json_patch::Patch = serde_json::from_value(patch)
-                            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                        json_patch::patch(&mut doc, &p)
-                            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                        crate::jsonpatch::apply(&mut doc, &patch).map_err(ApiError::bad_request)?;
                     }
                     BodyType::MergePatch | BodyType::StrategicMergePatch | BodyType::ApplyPatch => {
                         json_patch::merge(&mut doc, &patch)

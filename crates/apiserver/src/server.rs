@@ -35,6 +35,12 @@ pub(crate) struct Inner {
     /// Whether a garbage collector runs (Foreground/Orphan deletion then
     /// waits for it through finalizers).
     pub gc: std::sync::atomic::AtomicBool,
+    /// Whether a namespace controller runs (deleting a namespace then marks
+    /// it Terminating and waits for `PUT namespaces/{name}/finalize`).
+    pub namespace_controller: std::sync::atomic::AtomicBool,
+    /// Whether something finishes graceful pod deletion (a kubelet or a
+    /// node simulator): bound pods are then deleted gracefully.
+    pub graceful_pods: std::sync::atomic::AtomicBool,
 }
 
 impl ApiServer {
@@ -49,6 +55,8 @@ impl ApiServer {
                 openapi: Default::default(),
                 advertise: std::sync::RwLock::new("127.0.0.1:6443".into()),
                 gc: std::sync::atomic::AtomicBool::new(false),
+                namespace_controller: std::sync::atomic::AtomicBool::new(false),
+                graceful_pods: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         crate::crd::restore(&server)?;
@@ -78,6 +86,53 @@ impl ApiServer {
     /// Whether a garbage collector was declared.
     pub fn gc_enabled(&self) -> bool {
         self.inner.gc.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Declare that a namespace controller runs against this server.
+    ///
+    /// With one, deleting a namespace marks it `Terminating` (with a
+    /// `deletionTimestamp`) and the namespace is removed once its
+    /// `spec.finalizers` are emptied through `namespaces/{name}/finalize`,
+    /// as on a real cluster. Without one (the default, so the server alone
+    /// stays usable), deleting a namespace deletes its contents at once.
+    pub fn set_namespace_controller(&self, on: bool) {
+        self.inner
+            .namespace_controller
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a namespace controller was declared.
+    pub fn namespace_controller_enabled(&self) -> bool {
+        self.inner
+            .namespace_controller
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Declare the built-in controllers (garbage collector and namespace
+    /// controller) running or not: both [`Self::set_gc_enabled`] and
+    /// [`Self::set_namespace_controller`].
+    pub fn set_controllers_running(&self, on: bool) {
+        self.set_gc_enabled(on);
+        self.set_namespace_controller(on);
+    }
+
+    /// Declare that something finishes graceful pod deletion (a kubelet or
+    /// a node simulator). Then deleting a pod bound to a node sets
+    /// `deletionTimestamp` and `deletionGracePeriodSeconds` (the request's
+    /// `gracePeriodSeconds`, else the pod's
+    /// `terminationGracePeriodSeconds`) and leaves the pod for it to delete
+    /// with a grace period of 0. Off by default: pods are deleted at once.
+    pub fn set_graceful_pod_deletion(&self, on: bool) {
+        self.inner
+            .graceful_pods
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether graceful pod deletion was declared.
+    pub fn graceful_pod_deletion(&self) -> bool {
+        self.inner
+            .graceful_pods
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Compact the store every `every`, keeping the last `keep` revisions of

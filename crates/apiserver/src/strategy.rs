@@ -128,19 +128,52 @@ pub fn validate(ctx: &Ctx<'_>, obj: &Value, causes: &mut Vec<Cause>) {
     if ctx.def.strategy == Strategy::Crd {
         crate::crd::validate(obj, causes);
     }
+    if ctx.def.strategy == Strategy::Namespace {
+        validate_namespace_finalizers(obj, causes);
+    }
 }
 
-/// Whether deleting this object is graceful (deletionTimestamp first).
-/// Pods on a node are, when a kubelet is there to finish them; the embedded
-/// cluster has none yet, so deletion is immediate.
-pub fn graceful_delete(_ctx: &Ctx<'_>, _obj: &mut Value) -> bool {
-    false
+/// The grace period of a graceful deletion (kube's `CheckGracefulDelete`),
+/// or `None` when this object is deleted without one.
+///
+/// Only pods delete gracefully, and only when the server was told that
+/// something finishes graceful deletion (a kubelet or a node simulator,
+/// [`crate::ApiServer::set_graceful_pod_deletion`]); otherwise pods are
+/// deleted at once. The period is the request's `gracePeriodSeconds`, else
+/// the pod's `terminationGracePeriodSeconds` (0 when unset, as kube); an
+/// unscheduled or terminated pod gets 0.
+pub fn graceful_delete(ctx: &Ctx<'_>, obj: &Value, requested: Option<i64>) -> Option<i64> {
+    if ctx.def.strategy != Strategy::Pod || !ctx.server.graceful_pod_deletion() {
+        return None;
+    }
+    let mut period = requested
+        .or_else(|| {
+            obj.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        })
+        .unwrap_or(0);
+    if obj
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        period = 0;
+    }
+    if matches!(
+        obj.pointer("/status/phase").and_then(Value::as_str),
+        Some("Failed" | "Succeeded")
+    ) {
+        period = 0;
+    }
+    Some(period.max(0))
 }
 
-/// Work done before an object is removed: a namespace takes its contents
-/// with it.
+/// Work done before an object is removed when no namespace controller
+/// runs: a namespace takes its contents with it at once. (With a namespace
+/// controller, deleting a namespace only marks it Terminating; the
+/// controller empties it and finalizes it.)
 pub async fn before_delete(ctx: &Ctx<'_>, obj: &Value) -> ApiResult<()> {
-    if ctx.def.strategy != Strategy::Namespace {
+    if ctx.def.strategy != Strategy::Namespace || ctx.server.namespace_controller_enabled() {
         return Ok(());
     }
     let Some(ns) = obj.pointer("/metadata/name").and_then(Value::as_str) else {
@@ -176,6 +209,65 @@ pub async fn before_delete(ctx: &Ctx<'_>, obj: &Value) -> ApiResult<()> {
         }
     }
     Ok(())
+}
+
+/// Mark a namespace Terminating on its first DELETE (kube's namespace
+/// storage `Delete`): `deletionTimestamp` and `status.phase: Terminating`;
+/// `spec.finalizers` stay, so the namespace controller empties the
+/// namespace and then finalizes it.
+pub fn mark_namespace_terminating(obj: &mut Value) {
+    let m = meta_mut(obj);
+    if !m.contains_key("deletionTimestamp") {
+        m.insert(
+            "deletionTimestamp".into(),
+            json!(crate::object::now_rfc3339()),
+        );
+    }
+    m.insert("deletionGracePeriodSeconds".into(), json!(0));
+    if !obj.get("status").is_some_and(Value::is_object) {
+        obj["status"] = json!({});
+    }
+    obj["status"]["phase"] = json!("Terminating");
+}
+
+/// Finalizer names a namespace's `spec.finalizers` may hold without a
+/// domain (kube's `IsStandardFinalizerName`).
+const STANDARD_FINALIZERS: [&str; 3] = ["kubernetes", "orphan", "foregroundDeletion"];
+
+/// `spec.finalizers` of a namespace: each a qualified name, and either
+/// fully qualified (`example.com/name`) or a standard one (kube's
+/// `validateFinalizerName` in `ValidateNamespace`).
+fn validate_namespace_finalizers(obj: &Value, causes: &mut Vec<Cause>) {
+    let Some(list) = obj.pointer("/spec/finalizers").and_then(Value::as_array) else {
+        return;
+    };
+    for f in list {
+        let Some(f) = f.as_str() else {
+            causes.push(Cause {
+                reason: "FieldValueTypeInvalid".into(),
+                message: format!("Invalid value: {f}: must be a string"),
+                field: "spec.finalizers".into(),
+            });
+            continue;
+        };
+        for m in kubeforge_apimachinery::names::is_qualified_name(f) {
+            causes.push(Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!("Invalid value: {}: {m}", json!(f)),
+                field: "spec.finalizers".into(),
+            });
+        }
+        if !f.contains('/') && !STANDARD_FINALIZERS.contains(&f) {
+            causes.push(Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!(
+                    "Invalid value: {}: name is neither a standard finalizer name nor is it fully qualified",
+                    json!(f)
+                ),
+                field: "spec.finalizers".into(),
+            });
+        }
+    }
 }
 
 fn set_default(m: &mut Map<String, Value>, k: &str, v: Value) {

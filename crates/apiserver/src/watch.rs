@@ -36,14 +36,7 @@ struct Renderer {
 
 impl Renderer {
     fn object(&self, bytes: &Bytes) -> Bytes {
-        if let Some(c) = &self.def.custom
-            && c.storage_version != self.def.version
-            && let Ok(mut v) = serde_json::from_slice::<Value>(bytes)
-        {
-            v["apiVersion"] = json!(self.def.api_version());
-            return Bytes::from(v.to_string());
-        }
-        bytes.clone()
+        self.def.present(bytes)
     }
 
     fn event(&self, ty: &str, bytes: &Bytes) -> Bytes {
@@ -80,8 +73,9 @@ impl Renderer {
         if !self.filtering {
             return true;
         }
-        serde_json::from_slice::<Value>(bytes)
-            .is_ok_and(|v| matches(&v, &self.labels, &self.fields))
+        self.def
+            .decode_stored(bytes)
+            .is_some_and(|v| matches(&v, &self.labels, &self.fields))
     }
 
     /// The wire event for a store event, if this watcher sees it.

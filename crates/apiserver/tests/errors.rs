@@ -498,3 +498,93 @@ async fn periodic_compaction_keeps_the_configured_window() {
         serde_json::from_slice(body.split(|b| *b == b'\n').next().expect("line")).expect("json");
     assert_eq!(first["object"]["code"], 410);
 }
+
+#[tokio::test]
+async fn field_validation_on_create_update_and_patch() {
+    let server = ApiServer::in_memory().await;
+    let path = "/apis/apps/v1/namespaces/default/deployments";
+    let dep = |extra: Value| {
+        let mut d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
+        if let (Some(spec), Some(e)) = (d["spec"].as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                spec.insert(k.clone(), v.clone());
+            }
+        }
+        d.to_string()
+    };
+    // Strict: 400 naming the field, nothing stored.
+    let (code, status) = call(
+        &server,
+        Method::POST,
+        &format!("{path}?fieldValidation=Strict"),
+        "application/json",
+        dep(json!({"replicaz": 3})),
+    )
+    .await;
+    assert_eq!((code, reason(&status)), (400, "BadRequest"));
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("unknown field \"spec.replicaz\""),
+        "{status}"
+    );
+    // Warn (the default): created, with a Warning header.
+    let req = Request::post(path)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(dep(json!({"replicaz": 3})))))
+        .expect("req");
+    let resp = server.handle(req).await;
+    assert_eq!(resp.status(), 201);
+    let warning = resp
+        .headers()
+        .get("warning")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        warning.starts_with("299 - ") && warning.contains("spec.replicaz"),
+        "{warning}"
+    );
+    // Ignore: no warning.
+    let req = Request::put(format!("{path}/d?fieldValidation=Ignore"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(dep(json!({"replicaz": 4})))))
+        .expect("req");
+    let resp = server.handle(req).await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("warning").is_none());
+    // Strict on update and on patch.
+    let (code, _) = call(
+        &server,
+        Method::PUT,
+        &format!("{path}/d?fieldValidation=Strict"),
+        "application/json",
+        dep(json!({"bogus": 1})),
+    )
+    .await;
+    assert_eq!(code, 400);
+    let (code, status) = call(
+        &server,
+        Method::PATCH,
+        &format!("{path}/d?fieldValidation=Strict"),
+        "application/merge-patch+json",
+        json!({"spec": {"paused": true, "nope": 1}}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    let (code, obj) = call(
+        &server,
+        Method::GET,
+        &format!("{path}/d"),
+        "application/json",
+        "",
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(
+        obj.pointer("/spec/paused").is_none(),
+        "a rejected patch changed nothing"
+    );
+}
