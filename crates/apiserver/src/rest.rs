@@ -1371,7 +1371,7 @@ async fn store_update(
 /// How many deletions of one deletecollection run at once (kube-apiserver's
 /// `--delete-collection-workers`); concurrent writes share the durable
 /// store's group commit.
-const DELETE_COLLECTION_WORKERS: usize = 1;
+const DELETE_COLLECTION_WORKERS: usize = 16;
 
 async fn delete_collection(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response<ApiBody>> {
     let opts = Arc::new(delete_options(ctx, body)?);

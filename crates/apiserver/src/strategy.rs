@@ -131,6 +131,38 @@ pub fn validate(ctx: &Ctx<'_>, obj: &Value, causes: &mut Vec<Cause>) {
     if ctx.def.strategy == Strategy::Namespace {
         validate_namespace_finalizers(obj, causes);
     }
+    if ctx.def.custom.is_none() && ctx.def.strategy != Strategy::Crd {
+        validate_kube_finalizer_names(obj, causes);
+    }
+}
+
+/// Built-in kinds (kube's core `ValidateObjectMeta`): a finalizer name
+/// without a `/` must be a standard one (`kubernetes`, `orphan`,
+/// `foregroundDeletion`), named `metadata.finalizers[i]`. Custom resources
+/// and CRDs only need qualified names (checked with the rest of the
+/// metadata).
+fn validate_kube_finalizer_names(obj: &Value, causes: &mut Vec<Cause>) {
+    let Some(list) = obj
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+    else {
+        return;
+    };
+    for (i, f) in list.iter().enumerate() {
+        if let Some(f) = f.as_str()
+            && !f.contains('/')
+            && !STANDARD_FINALIZERS.contains(&f)
+        {
+            causes.push(Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!(
+                    "Invalid value: {}: name is neither a standard finalizer name nor is it fully qualified",
+                    json!(f)
+                ),
+                field: format!("metadata.finalizers[{i}]"),
+            });
+        }
+    }
 }
 
 /// The grace period of a graceful deletion (kube's `CheckGracefulDelete`),

@@ -1,7 +1,9 @@
 //! The `kubeforge` command.
 //!
 //! `kubeforge up` runs the embedded control plane on loopback with its state
-//! in `.kubeforge/`; `kubeforge apiserver` runs just the API server.
+//! in `.kubeforge/`: the API server and the built-in controllers (garbage
+//! collector, namespace controller). `kubeforge apiserver` runs just the API
+//! server.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -25,9 +27,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the embedded control plane (state in .kubeforge/ by default).
+    /// Run the embedded control plane: the API server and the built-in
+    /// controllers (state in .kubeforge/ by default).
     Up(ServeArgs),
-    /// Run only the API server.
+    /// Run only the API server (no garbage collector or namespace
+    /// controller: deleting a namespace then empties it at once).
     Apiserver(ServeArgs),
 }
 
@@ -103,6 +107,16 @@ async fn serve(args: ServeArgs, up: bool) -> Result<()> {
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
+    // The built-in controllers talk to the server in-process. They sync
+    // their caches while the server already serves (as kube-controller-manager
+    // does beside kube-apiserver): whatever happens meanwhile is in their
+    // first lists.
+    let controllers = if up {
+        server.set_controllers_running(true);
+        Some(kubeforge_controllers::start_builtin(server.client()))
+    } else {
+        None
+    };
     let serving = tokio::spawn(server.serve(listener, shutdown));
     let what = if up { "control plane" } else { "API server" };
     println!(
@@ -110,6 +124,9 @@ async fn serve(args: ServeArgs, up: bool) -> Result<()> {
         started.elapsed().as_millis()
     );
     println!("  API server: http://{addr}");
+    if controllers.is_some() {
+        println!("  controllers: {}", kubeforge_controllers::BUILTIN_NAMES);
+    }
     println!(
         "  store:      {}",
         if args.memory {
@@ -126,6 +143,9 @@ async fn serve(args: ServeArgs, up: bool) -> Result<()> {
         .await
         .context("the server task failed")?
         .context("serving HTTP")?;
+    if let Some(c) = controllers {
+        c.stop().await;
+    }
     store.close().await;
     println!("kubeforge stopped");
     Ok(())

@@ -1,0 +1,1363 @@
+//! The garbage collector, after kube-controller-manager's.
+//!
+//! **Graph.** Every resource that discovery lists as listable, watchable and
+//! deletable (custom resources included; discovery runs again whenever a
+//! CustomResourceDefinition changes, and every 30 s) is watched with a
+//! metadata-only watch. One task folds the events into a graph: uid →
+//! node (identity, ownerReferences, dependents, deletion state). An owner
+//! that is referenced but not seen is a *virtual* node until a watch shows
+//! it or a GET proves it absent.
+//!
+//! **Decisions** (kube's `attemptToDeleteItem`), made by a pool of workers
+//! from a deduplicating queue with per-item backoff:
+//! - a dependent whose owners are all gone is deleted (Background, or the
+//!   policy its own `orphan`/`foregroundDeletion` finalizer asks for); an
+//!   owner counts as gone only when its deletion was observed on a watch or
+//!   a GET by name found nothing (or another uid) — never because the cache
+//!   lacks it;
+//! - a dependent with another live owner stays, and the references to the
+//!   dead owners are removed from it (as kube does);
+//! - an owner with the `foregroundDeletion` finalizer has its dependents
+//!   deleted (those with dependents of their own in the foreground), and
+//!   loses the finalizer once no dependent with `blockOwnerDeletion: true`
+//!   is left; cycles are broken by un-blocking references, like kube;
+//! - an owner with the `orphan` finalizer has its reference removed from
+//!   every dependent, then loses the finalizer.
+//!
+//! Writes are guarded: deletes carry uid and resourceVersion preconditions,
+//! finalizer and ownerReference patches carry the resourceVersion they were
+//! computed from, and a conflict means "look again", so another
+//! controller's finalizer or reference is never lost. Failures come back
+//! after an exponential backoff (5 ms doubling to 60 s), so nothing loops
+//! hot, cyclic references included.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Client;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams, Preconditions,
+};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event, watcher};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
+
+use crate::catalog::{Catalog, Resource};
+use crate::queue::Queue;
+use crate::{Error, Stop, is_conflict, is_not_found, send_discard};
+
+/// The finalizer asking the garbage collector to orphan the dependents.
+pub const FINALIZER_ORPHAN: &str = "orphan";
+/// The finalizer asking the garbage collector to delete the dependents first.
+pub const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
+
+type Uid = Arc<str>;
+
+/// Options of the garbage collector.
+#[derive(Clone, Debug)]
+pub struct GcOptions {
+    /// Workers deleting dependents concurrently (kube-controller-manager's
+    /// `--concurrent-gc-syncs`, 20 there).
+    pub workers: usize,
+    /// Workers orphaning dependents.
+    pub orphan_workers: usize,
+    /// Discovery runs again this often even without CRD changes.
+    pub resync: Duration,
+    /// How long to wait for the first list of every resource before acting
+    /// anyway.
+    pub sync_timeout: Duration,
+    /// First retry delay of a failed item (doubling per failure).
+    pub min_backoff: Duration,
+    /// Largest retry delay of a failed item.
+    pub max_backoff: Duration,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        GcOptions {
+            workers: 64,
+            orphan_workers: 4,
+            resync: Duration::from_secs(30),
+            sync_timeout: Duration::from_secs(30),
+            min_backoff: Duration::from_millis(5),
+            max_backoff: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Counters for tests and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GcStats {
+    /// Nodes in the graph (objects seen, and owners referenced but not seen).
+    pub nodes: usize,
+    /// Nodes for owners referenced but not (yet) seen.
+    pub virtual_nodes: usize,
+    /// Resources watched.
+    pub monitors: usize,
+    /// Items waiting in the delete queue.
+    pub queued: usize,
+    /// Objects deleted by the collector.
+    pub deleted: u64,
+    /// ownerReference / finalizer patches sent.
+    pub patched: u64,
+}
+
+/// The garbage collector; cheap to clone. Start it with
+/// [`GarbageCollector::run`] (or [`crate::start_builtin`]).
+#[derive(Clone)]
+pub struct GarbageCollector {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: Client,
+    opts: GcOptions,
+    graph: Mutex<Graph>,
+    catalog: RwLock<Arc<Catalog>>,
+    delete_q: Queue<Uid>,
+    orphan_q: Queue<Uid>,
+    events: mpsc::UnboundedSender<GraphEvent>,
+    events_rx: Mutex<Option<mpsc::UnboundedReceiver<GraphEvent>>>,
+    synced: tokio::sync::watch::Sender<bool>,
+    listed: Mutex<HashSet<String>>,
+    listed_changed: Notify,
+    counters: Mutex<(u64, u64)>,
+}
+
+impl GarbageCollector {
+    /// A garbage collector using `client`; nothing runs until
+    /// [`GarbageCollector::run`].
+    pub fn new(client: Client, opts: GcOptions) -> GarbageCollector {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (synced, _) = tokio::sync::watch::channel(false);
+        GarbageCollector {
+            shared: Arc::new(Shared {
+                client,
+                graph: Mutex::new(Graph::default()),
+                catalog: RwLock::new(Arc::new(Catalog::default())),
+                delete_q: Queue::new(opts.min_backoff, opts.max_backoff),
+                orphan_q: Queue::new(opts.min_backoff, opts.max_backoff),
+                events: tx,
+                events_rx: Mutex::new(Some(rx)),
+                synced,
+                listed: Mutex::new(HashSet::new()),
+                listed_changed: Notify::new(),
+                counters: Mutex::new((0, 0)),
+                opts,
+            }),
+        }
+    }
+
+    /// Run until `shutdown` resolves.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        let (tx, stop) = Stop::new();
+        let run = self.run_until(stop);
+        tokio::pin!(run);
+        tokio::select! {
+            () = &mut run => return,
+            () = shutdown => {}
+        }
+        let _ = tx.send(true);
+        run.await;
+    }
+
+    /// Resolves once every resource watched at start has been listed into
+    /// the graph (or the sync timeout passed).
+    pub async fn wait_synced(&self) {
+        let mut rx = self.shared.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> GcStats {
+        let s = &self.shared;
+        let (deleted, patched) = *lock(&s.counters);
+        let g = s.graph();
+        GcStats {
+            nodes: g.nodes.len(),
+            virtual_nodes: g.nodes.values().filter(|n| !n.observed).count(),
+            monitors: g.by_res.len(),
+            queued: s.delete_q.len(),
+            deleted,
+            patched,
+        }
+    }
+
+    pub(crate) async fn run_until(self, mut stop: Stop) {
+        let s = self.shared.clone();
+        let Some(rx) = lock(&s.events_rx).take() else {
+            tracing::warn!("garbage collector already running");
+            return;
+        };
+        let mut tasks: Vec<JoinHandle<()>> = Vec::new();
+        tasks.push(tokio::spawn(build_graph(s.clone(), rx)));
+        for _ in 0..s.opts.workers.max(1) {
+            tasks.push(tokio::spawn(delete_worker(s.clone())));
+        }
+        for _ in 0..s.opts.orphan_workers.max(1) {
+            tasks.push(tokio::spawn(orphan_worker(s.clone())));
+        }
+        let mut monitors: HashMap<String, Monitor> = HashMap::new();
+
+        // First discovery: retried until it works.
+        let mut delay = Duration::from_millis(50);
+        loop {
+            match Catalog::discover(&s.client).await {
+                Ok(cat) => {
+                    s.sync_monitors(cat, &mut monitors);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "garbage collector: discovery failed");
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = stop.wait() => {
+                            s.shutdown(tasks, monitors).await;
+                            return;
+                        }
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        // Wait for the first lists (kube waits for its informers' sync).
+        let initial: HashSet<String> = monitors.keys().cloned().collect();
+        let wait_lists = async {
+            loop {
+                let changed = s.listed_changed.notified();
+                if initial.iter().all(|k| lock(&s.listed).contains(k)) {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        tokio::select! {
+            () = wait_lists => {}
+            () = tokio::time::sleep(s.opts.sync_timeout) => {
+                tracing::warn!("garbage collector: not every resource listed in time; starting anyway");
+            }
+            () = stop.wait() => {
+                s.shutdown(tasks, monitors).await;
+                return;
+            }
+        }
+        let _ = s.synced.send_replace(true);
+        tracing::debug!(monitors = monitors.len(), "garbage collector synced");
+
+        // Re-discover when CRDs change, and periodically.
+        let crds: Api<CustomResourceDefinition> = Api::all(s.client.clone());
+        let mut crd_events = watcher(crds, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut tick = tokio::time::interval(s.opts.resync);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                ev = crd_events.next() => {
+                    if ev.is_none() {
+                        crd_events = futures::stream::pending().boxed();
+                        continue;
+                    }
+                    // Let a burst of CRD events settle, then look again.
+                    let settle = tokio::time::sleep(Duration::from_millis(20));
+                    tokio::pin!(settle);
+                    loop {
+                        tokio::select! {
+                            () = &mut settle => break,
+                            more = crd_events.next() => if more.is_none() { break },
+                        }
+                    }
+                    s.rediscover(&mut monitors).await;
+                }
+                _ = tick.tick() => s.rediscover(&mut monitors).await,
+                () = stop.wait() => break,
+            }
+        }
+        s.shutdown(tasks, monitors).await;
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// One watched resource.
+struct Monitor {
+    res: Arc<Resource>,
+    task: JoinHandle<()>,
+}
+
+impl Shared {
+    fn graph(&self) -> MutexGuard<'_, Graph> {
+        lock(&self.graph)
+    }
+
+    fn catalog(&self) -> Arc<Catalog> {
+        match self.catalog.read() {
+            Ok(c) => c.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn count(&self, deleted: u64, patched: u64) {
+        let mut c = lock(&self.counters);
+        c.0 += deleted;
+        c.1 += patched;
+    }
+
+    async fn shutdown(&self, tasks: Vec<JoinHandle<()>>, monitors: HashMap<String, Monitor>) {
+        for m in monitors.into_values() {
+            m.task.abort();
+        }
+        self.delete_q.shutdown();
+        self.orphan_q.shutdown();
+        for t in tasks {
+            t.abort();
+            let _ = t.await;
+        }
+    }
+
+    async fn rediscover(self: &Arc<Self>, monitors: &mut HashMap<String, Monitor>) {
+        match Catalog::discover(&self.client).await {
+            Ok(cat) => self.sync_monitors(cat, monitors),
+            Err(e) => tracing::debug!(error = %e, "garbage collector: discovery failed"),
+        }
+    }
+
+    /// Start monitors for new resources, stop those for resources gone.
+    fn sync_monitors(self: &Arc<Self>, cat: Catalog, monitors: &mut HashMap<String, Monitor>) {
+        let wanted: HashMap<String, Arc<Resource>> = cat
+            .gc_resources()
+            .into_iter()
+            .map(|r| (r.key(), r))
+            .collect();
+        if let Ok(mut c) = self.catalog.write() {
+            *c = Arc::new(cat);
+        }
+        monitors.retain(|key, m| {
+            let keep = wanted
+                .get(key)
+                .is_some_and(|r| r.ar.version == m.res.ar.version);
+            if !keep {
+                m.task.abort();
+                if !wanted.contains_key(key) {
+                    tracing::debug!(resource = %key, "garbage collector: resource gone");
+                    let _ = self
+                        .events
+                        .send(GraphEvent::ResourceGone(key.as_str().into()));
+                }
+            }
+            keep
+        });
+        for (key, res) in wanted {
+            if monitors.contains_key(&key) {
+                continue;
+            }
+            let task = tokio::spawn(monitor(self.clone(), res.clone()));
+            monitors.insert(key, Monitor { res, task });
+        }
+    }
+}
+
+/// Watch one resource's metadata into the graph.
+async fn monitor(s: Arc<Shared>, res: Arc<Resource>) {
+    let key: Arc<str> = res.key().into();
+    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(s.client.clone(), &res.ar);
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(ev) = stream.next().await {
+        let ge = match ev {
+            Ok(Event::Init) => GraphEvent::InitStart(key.clone()),
+            Ok(Event::InitApply(m)) => GraphEvent::Apply {
+                res: res.clone(),
+                meta: Box::new(m.metadata),
+                init: true,
+            },
+            Ok(Event::InitDone) => GraphEvent::InitDone(key.clone()),
+            Ok(Event::Apply(m)) => GraphEvent::Apply {
+                res: res.clone(),
+                meta: Box::new(m.metadata),
+                init: false,
+            },
+            Ok(Event::Delete(m)) => GraphEvent::Delete {
+                uid: m.metadata.uid.map(Uid::from),
+            },
+            Err(e) => {
+                tracing::debug!(resource = %key, error = %e, "garbage collector: watch failed");
+                continue;
+            }
+        };
+        if s.events.send(ge).is_err() {
+            return;
+        }
+    }
+}
+
+/// What the graph builder is told.
+enum GraphEvent {
+    Apply {
+        res: Arc<Resource>,
+        meta: Box<ObjectMeta>,
+        init: bool,
+    },
+    Delete {
+        uid: Option<Uid>,
+    },
+    InitStart(Arc<str>),
+    InitDone(Arc<str>),
+    /// A GET proved a virtual node's object absent.
+    VirtualDelete {
+        uid: Uid,
+        key: RefKey,
+    },
+    ResourceGone(Arc<str>),
+}
+
+/// How a dependent names an owner, for the absent-owner cache (an owner is
+/// absent at these coordinates, which is narrower than "this uid is gone").
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct RefKey {
+    uid: Uid,
+    group: String,
+    kind: String,
+    namespace: String,
+    name: String,
+}
+
+/// A set remembering the last `cap` insertions.
+struct Bounded<K> {
+    set: HashSet<K>,
+    order: VecDeque<K>,
+    cap: usize,
+}
+
+impl<K: Clone + Eq + Hash> Bounded<K> {
+    fn new(cap: usize) -> Bounded<K> {
+        Bounded {
+            set: HashSet::new(),
+            order: VecDeque::new(),
+            cap,
+        }
+    }
+
+    fn insert(&mut self, k: K) {
+        if self.set.insert(k.clone()) {
+            self.order.push_back(k);
+            while self.order.len() > self.cap {
+                if let Some(old) = self.order.pop_front() {
+                    self.set.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn contains(&self, k: &K) -> bool {
+        self.set.contains(k)
+    }
+}
+
+struct Node {
+    api_version: String,
+    kind: String,
+    namespace: Option<String>,
+    name: String,
+    /// The watched resource it was seen on (None while virtual).
+    res: Option<Arc<Resource>>,
+    owners: Vec<OwnerReference>,
+    dependents: HashSet<Uid>,
+    /// Dependents whose reference to this node has `blockOwnerDeletion: true`.
+    blocking: HashSet<Uid>,
+    observed: bool,
+    deleting: bool,
+    finalizers: Vec<String>,
+    resource_version: Option<String>,
+}
+
+impl Node {
+    fn has_finalizer(&self, f: &str) -> bool {
+        self.finalizers.iter().any(|x| x == f)
+    }
+
+    fn deleting_dependents(&self) -> bool {
+        self.deleting && self.has_finalizer(FINALIZER_FOREGROUND)
+    }
+
+    fn orphaning(&self) -> bool {
+        self.deleting && self.has_finalizer(FINALIZER_ORPHAN)
+    }
+}
+
+struct Graph {
+    nodes: HashMap<Uid, Node>,
+    /// Observed nodes per watched resource.
+    by_res: HashMap<Arc<str>, HashSet<Uid>>,
+    /// Uids whose deletion was observed.
+    absent_uids: Bounded<Uid>,
+    /// Owner coordinates a GET found empty (or holding another uid).
+    absent_refs: Bounded<RefKey>,
+    /// Uids seen during a resource's current (re)list.
+    listing: HashMap<Arc<str>, HashSet<Uid>>,
+}
+
+impl Default for Graph {
+    fn default() -> Self {
+        Graph {
+            nodes: HashMap::new(),
+            by_res: HashMap::new(),
+            absent_uids: Bounded::new(100_000),
+            absent_refs: Bounded::new(10_000),
+            listing: HashMap::new(),
+        }
+    }
+}
+
+/// The queues the graph builder feeds.
+struct Queues<'a> {
+    delete: &'a Queue<Uid>,
+    orphan: &'a Queue<Uid>,
+}
+
+impl Graph {
+    fn handle(&mut self, ev: GraphEvent, q: &Queues<'_>) -> Option<Arc<str>> {
+        match ev {
+            GraphEvent::Apply { res, meta, init } => {
+                let key: Arc<str> = res.key().into();
+                if let Some(uid) = meta.uid.clone() {
+                    let uid: Uid = uid.into();
+                    if init && let Some(seen) = self.listing.get_mut(&key) {
+                        seen.insert(uid.clone());
+                    }
+                    self.apply(uid, res, *meta, q);
+                }
+            }
+            GraphEvent::Delete { uid } => {
+                if let Some(uid) = uid {
+                    self.remove(&uid, q);
+                }
+            }
+            GraphEvent::InitStart(key) => {
+                self.listing.insert(key, HashSet::new());
+            }
+            GraphEvent::InitDone(key) => {
+                let seen = self.listing.remove(&key).unwrap_or_default();
+                let gone: Vec<Uid> = self
+                    .by_res
+                    .get(&key)
+                    .map(|s| s.iter().filter(|u| !seen.contains(*u)).cloned().collect())
+                    .unwrap_or_default();
+                for uid in gone {
+                    self.remove(&uid, q);
+                }
+                self.by_res.entry(key.clone()).or_default();
+                return Some(key);
+            }
+            GraphEvent::VirtualDelete { uid, key } => {
+                self.absent_refs.insert(key);
+                let node = self.nodes.get(&uid)?;
+                let deps: Vec<Uid> = node.dependents.iter().cloned().collect();
+                if !node.observed {
+                    self.nodes.remove(&uid);
+                }
+                for d in deps {
+                    q.delete.add(d);
+                }
+            }
+            GraphEvent::ResourceGone(key) => {
+                let uids: Vec<Uid> = self
+                    .by_res
+                    .remove(&key)
+                    .map(|s| s.into_iter().collect())
+                    .unwrap_or_default();
+                for uid in uids {
+                    self.remove(&uid, q);
+                }
+            }
+        }
+        None
+    }
+
+    fn apply(&mut self, uid: Uid, res: Arc<Resource>, meta: ObjectMeta, q: &Queues<'_>) {
+        let key: Arc<str> = res.key().into();
+        let owners = meta.owner_references.unwrap_or_default();
+        let finalizers = meta.finalizers.unwrap_or_default();
+        let deleting = meta.deletion_timestamp.is_some();
+        let namespace = meta.namespace.filter(|n| !n.is_empty());
+        let (old_owners, was_dd, was_orphaning) = match self.nodes.get_mut(&uid) {
+            Some(n) => {
+                let was = (n.deleting_dependents(), n.orphaning());
+                n.api_version = res.ar.api_version.clone();
+                n.kind = res.ar.kind.clone();
+                n.namespace = namespace.clone();
+                n.name = meta.name.unwrap_or_default();
+                n.res = Some(res);
+                n.observed = true;
+                n.deleting = deleting;
+                n.finalizers = finalizers;
+                n.resource_version = meta.resource_version;
+                let old = std::mem::replace(&mut n.owners, owners.clone());
+                (old, was.0, was.1)
+            }
+            None => {
+                self.nodes.insert(
+                    uid.clone(),
+                    Node {
+                        api_version: res.ar.api_version.clone(),
+                        kind: res.ar.kind.clone(),
+                        namespace: namespace.clone(),
+                        name: meta.name.unwrap_or_default(),
+                        res: Some(res),
+                        owners: owners.clone(),
+                        dependents: HashSet::new(),
+                        blocking: HashSet::new(),
+                        observed: true,
+                        deleting,
+                        finalizers,
+                        resource_version: meta.resource_version,
+                    },
+                );
+                (Vec::new(), false, false)
+            }
+        };
+        self.by_res.entry(key).or_default().insert(uid.clone());
+
+        // Owner reference changes.
+        for r in &owners {
+            match old_owners.iter().find(|o| o.uid == r.uid) {
+                None => self.add_dependent(&uid, r, namespace.as_deref(), q),
+                Some(o) => {
+                    let was = o.block_owner_deletion == Some(true);
+                    let now = r.block_owner_deletion == Some(true);
+                    if was != now {
+                        if let Some(owner) = self.nodes.get_mut(r.uid.as_str()) {
+                            if now {
+                                owner.blocking.insert(uid.clone());
+                            } else {
+                                owner.blocking.remove(&uid);
+                            }
+                        }
+                        if was {
+                            self.enqueue_if_waiting(&r.uid, q);
+                        }
+                    }
+                }
+            }
+        }
+        for o in &old_owners {
+            if !owners.iter().any(|r| r.uid == o.uid) {
+                self.remove_dependent(&uid, &o.uid);
+                self.enqueue_if_waiting(&o.uid, q);
+            }
+        }
+
+        // Deletion transitions.
+        let Some(n) = self.nodes.get(&uid) else {
+            return;
+        };
+        if n.orphaning() && !was_orphaning {
+            q.orphan.add(uid.clone());
+        }
+        if n.deleting_dependents() && !was_dd {
+            for d in &n.dependents {
+                q.delete.add(d.clone());
+            }
+            q.delete.add(uid);
+        }
+    }
+
+    /// Record `dep` as a dependent of the owner `r` names.
+    fn add_dependent(&mut self, dep: &Uid, r: &OwnerReference, ns: Option<&str>, q: &Queues<'_>) {
+        let owner: Uid = r.uid.as_str().into();
+        let blocks = r.block_owner_deletion == Some(true);
+        if let Some(o) = self.nodes.get_mut(&owner) {
+            o.dependents.insert(dep.clone());
+            if blocks {
+                o.blocking.insert(dep.clone());
+            }
+            if o.deleting_dependents() {
+                q.delete.add(dep.clone());
+            }
+            return;
+        }
+        if self.absent_uids.contains(&owner) {
+            // The owner is known to be gone: the dependent needs a look.
+            q.delete.add(dep.clone());
+            return;
+        }
+        // Not seen: a virtual node, verified by a worker.
+        self.nodes.insert(
+            owner.clone(),
+            Node {
+                api_version: r.api_version.clone(),
+                kind: r.kind.clone(),
+                namespace: ns.map(str::to_string),
+                name: r.name.clone(),
+                res: None,
+                owners: Vec::new(),
+                dependents: HashSet::from([dep.clone()]),
+                blocking: if blocks {
+                    HashSet::from([dep.clone()])
+                } else {
+                    HashSet::new()
+                },
+                observed: false,
+                deleting: false,
+                finalizers: Vec::new(),
+                resource_version: None,
+            },
+        );
+        q.delete.add(owner);
+    }
+
+    fn remove_dependent(&mut self, dep: &Uid, owner: &str) {
+        let owner: Uid = owner.into();
+        let drop_virtual = match self.nodes.get_mut(&owner) {
+            Some(o) => {
+                o.dependents.remove(dep);
+                o.blocking.remove(dep);
+                !o.observed && o.dependents.is_empty()
+            }
+            None => false,
+        };
+        if drop_virtual {
+            self.nodes.remove(&owner);
+        }
+    }
+
+    fn enqueue_if_waiting(&self, owner: &str, q: &Queues<'_>) {
+        if let Some((uid, o)) = self.nodes.get_key_value(owner)
+            && o.deleting_dependents()
+        {
+            q.delete.add(uid.clone());
+        }
+    }
+
+    /// An object is gone: its dependents need a look, and owners waiting
+    /// for it may finish.
+    fn remove(&mut self, uid: &Uid, q: &Queues<'_>) {
+        let Some(node) = self.nodes.remove(uid) else {
+            return;
+        };
+        if let Some(res) = &node.res
+            && let Some(set) = self.by_res.get_mut(res.key().as_str())
+        {
+            set.remove(uid);
+        }
+        self.absent_uids.insert(uid.clone());
+        for o in &node.owners {
+            self.remove_dependent(uid, &o.uid);
+            self.enqueue_if_waiting(&o.uid, q);
+        }
+        for d in node.dependents {
+            q.delete.add(d);
+        }
+    }
+}
+
+async fn build_graph(s: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<GraphEvent>) {
+    let q = Queues {
+        delete: &s.delete_q,
+        orphan: &s.orphan_q,
+    };
+    let mut batch = Vec::with_capacity(256);
+    while rx.recv_many(&mut batch, 256).await > 0 {
+        let mut listed = Vec::new();
+        {
+            let mut g = s.graph();
+            for ev in batch.drain(..) {
+                if let Some(k) = g.handle(ev, &q) {
+                    listed.push(k);
+                }
+            }
+        }
+        if !listed.is_empty() {
+            let mut l = lock(&s.listed);
+            for k in listed {
+                l.insert(k.to_string());
+            }
+            drop(l);
+            s.listed_changed.notify_waiters();
+        }
+    }
+}
+
+/// What a worker knows about an object, copied out of the graph.
+#[derive(Clone, Debug)]
+struct Item {
+    uid: Uid,
+    api_version: String,
+    kind: String,
+    namespace: Option<String>,
+    name: String,
+    res: Option<Arc<Resource>>,
+    owners: Vec<OwnerReference>,
+    observed: bool,
+    deleting: bool,
+    deleting_dependents: bool,
+    finalizers: Vec<String>,
+    resource_version: Option<String>,
+    has_dependents: bool,
+}
+
+/// How one ownerReference of a dependent stands.
+enum OwnerState {
+    Solid,
+    Dangling,
+    Waiting,
+}
+
+enum Outcome {
+    Done,
+    Retry,
+}
+
+async fn delete_worker(s: Arc<Shared>) {
+    let _ = s.synced.subscribe().wait_for(|v| *v).await;
+    while let Some(uid) = s.delete_q.get().await {
+        match s.attempt_to_delete(&uid).await {
+            Ok(Outcome::Done) => s.delete_q.forget(&uid),
+            Ok(Outcome::Retry) => s.delete_q.add_rate_limited(uid.clone()),
+            Err(e) => {
+                tracing::debug!(%uid, error = %e, "garbage collector: will retry");
+                s.delete_q.add_rate_limited(uid.clone());
+            }
+        }
+        s.delete_q.done(&uid);
+    }
+}
+
+async fn orphan_worker(s: Arc<Shared>) {
+    let _ = s.synced.subscribe().wait_for(|v| *v).await;
+    while let Some(uid) = s.orphan_q.get().await {
+        match s.attempt_to_orphan(&uid).await {
+            Ok(()) => s.orphan_q.forget(&uid),
+            Err(e) => {
+                tracing::debug!(%uid, error = %e, "garbage collector: orphaning will retry");
+                s.orphan_q.add_rate_limited(uid.clone());
+            }
+        }
+        s.orphan_q.done(&uid);
+    }
+}
+
+/// The fields of a metadata merge patch guarded by a resourceVersion.
+fn guarded_patch(rv: &str, field: &str, value: Value) -> Patch<Value> {
+    Patch::Merge(json!({"metadata": {"resourceVersion": rv, field: value}}))
+}
+
+impl Shared {
+    fn snapshot(&self, uid: &Uid) -> Option<Item> {
+        let g = self.graph();
+        let n = g.nodes.get(uid)?;
+        Some(Item {
+            uid: uid.clone(),
+            api_version: n.api_version.clone(),
+            kind: n.kind.clone(),
+            namespace: n.namespace.clone(),
+            name: n.name.clone(),
+            res: n.res.clone(),
+            owners: n.owners.clone(),
+            observed: n.observed,
+            deleting: n.deleting,
+            deleting_dependents: n.deleting_dependents(),
+            finalizers: n.finalizers.clone(),
+            resource_version: n.resource_version.clone(),
+            has_dependents: !n.dependents.is_empty(),
+        })
+    }
+
+    /// The API for an object: the resource it was seen on, else the one its
+    /// apiVersion and kind resolve to. `None` namespace for cluster-scoped.
+    fn api_for(
+        &self,
+        res: Option<&Arc<Resource>>,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+    ) -> Result<(Api<DynamicObject>, Arc<Resource>), Error> {
+        let res = match res {
+            Some(r) => r.clone(),
+            None => self
+                .catalog()
+                .resolve(api_version, kind)
+                .ok_or_else(|| Error::Unmapped {
+                    api_version: api_version.to_string(),
+                    kind: kind.to_string(),
+                })?,
+        };
+        let api = match (res.namespaced, namespace) {
+            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &res.ar),
+            _ => Api::all_with(self.client.clone(), &res.ar),
+        };
+        Ok((api, res))
+    }
+
+    fn item_api(&self, item: &Item) -> Result<Api<DynamicObject>, Error> {
+        self.api_for(
+            item.res.as_ref(),
+            &item.api_version,
+            &item.kind,
+            item.namespace.as_deref(),
+        )
+        .map(|(api, _)| api)
+    }
+
+    /// The key under which an owner counts as absent for a dependent in
+    /// `dep_ns`.
+    fn ref_key(&self, r: &OwnerReference, dep_ns: Option<&str>) -> RefKey {
+        let namespaced = self
+            .catalog()
+            .resolve(&r.api_version, &r.kind)
+            .is_none_or(|res| res.namespaced);
+        RefKey {
+            uid: r.uid.as_str().into(),
+            group: r
+                .api_version
+                .split_once('/')
+                .map(|(g, _)| g.to_string())
+                .unwrap_or_default(),
+            kind: r.kind.clone(),
+            namespace: if namespaced {
+                dep_ns.unwrap_or_default().to_string()
+            } else {
+                String::new()
+            },
+            name: r.name.clone(),
+        }
+    }
+
+    /// kube's `attemptToDeleteItem`.
+    async fn attempt_to_delete(self: &Arc<Self>, uid: &Uid) -> Result<Outcome, Error> {
+        let Some(item) = self.snapshot(uid) else {
+            return Ok(Outcome::Done);
+        };
+        if !item.observed {
+            return self.verify_virtual(&item).await;
+        }
+        if item.deleting && !item.deleting_dependents {
+            // Being deleted by someone: its dependents get a look once it is gone.
+            return Ok(Outcome::Done);
+        }
+        if item.deleting_dependents {
+            return self.process_deleting_dependents(&item).await;
+        }
+        if item.owners.is_empty() {
+            return Ok(Outcome::Done);
+        }
+        self.collect(item).await
+    }
+
+    /// A referenced owner not seen on any watch: absent (its dependents get
+    /// a look), or present and not yet seen (look again later).
+    async fn verify_virtual(&self, item: &Item) -> Result<Outcome, Error> {
+        let r = OwnerReference {
+            api_version: item.api_version.clone(),
+            kind: item.kind.clone(),
+            name: item.name.clone(),
+            uid: item.uid.to_string(),
+            ..OwnerReference::default()
+        };
+        let key = self.ref_key(&r, item.namespace.as_deref());
+        let absent = self.graph().absent_uids.contains(&item.uid)
+            || match self.lookup_owner(&r, item.namespace.as_deref()).await? {
+                Some(None) => true,
+                Some(Some(_)) => false,
+                // A namespaced owner of a cluster-scoped object: never valid.
+                None => return Ok(Outcome::Done),
+            };
+        if absent {
+            let _ = self.events.send(GraphEvent::VirtualDelete {
+                uid: item.uid.clone(),
+                key,
+            });
+            return Ok(Outcome::Done);
+        }
+        // It exists: wait until a watch shows it (kube does the same).
+        Ok(Outcome::Retry)
+    }
+
+    /// GET an owner by its reference's coordinates: `Some(Some(meta))` when
+    /// found with the same uid, `Some(None)` when absent there, `None` when
+    /// the reference can never resolve (namespaced owner, cluster-scoped
+    /// dependent).
+    async fn lookup_owner(
+        &self,
+        r: &OwnerReference,
+        dep_ns: Option<&str>,
+    ) -> Result<Option<Option<ObjectMeta>>, Error> {
+        let (api, res) = self.api_for(None, &r.api_version, &r.kind, dep_ns)?;
+        if res.namespaced && dep_ns.is_none() {
+            return Ok(None);
+        }
+        match api.get_metadata_opt(&r.name).await? {
+            Some(m) if m.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
+                Ok(Some(Some(m.metadata)))
+            }
+            _ => Ok(Some(None)),
+        }
+    }
+
+    /// Classify a dependent's owner references (kube's `classifyReferences`).
+    async fn classify(
+        &self,
+        item: &Item,
+        owners: &[OwnerReference],
+    ) -> Result<Option<Vec<(OwnerReference, OwnerState)>>, Error> {
+        let mut out = Vec::with_capacity(owners.len());
+        for r in owners {
+            let key = self.ref_key(r, item.namespace.as_deref());
+            let cached = {
+                let g = self.graph();
+                let uid: Uid = r.uid.as_str().into();
+                if g.absent_uids.contains(&uid) || g.absent_refs.contains(&key) {
+                    Some(OwnerState::Dangling)
+                } else {
+                    match g.nodes.get(&uid) {
+                        Some(o) if o.observed && o.deleting_dependents() => {
+                            Some(OwnerState::Waiting)
+                        }
+                        Some(o) if o.observed => Some(OwnerState::Solid),
+                        _ => None,
+                    }
+                }
+            };
+            let state = match cached {
+                Some(s) => s,
+                None => match self.lookup_owner(r, item.namespace.as_deref()).await? {
+                    None => return Ok(None),
+                    Some(None) => {
+                        self.graph().absent_refs.insert(key);
+                        OwnerState::Dangling
+                    }
+                    Some(Some(m)) => {
+                        let fg = m
+                            .finalizers
+                            .as_ref()
+                            .is_some_and(|f| f.iter().any(|x| x == FINALIZER_FOREGROUND));
+                        if m.deletion_timestamp.is_some() && fg {
+                            OwnerState::Waiting
+                        } else {
+                            OwnerState::Solid
+                        }
+                    }
+                },
+            };
+            out.push((r.clone(), state));
+        }
+        Ok(Some(out))
+    }
+
+    /// Decide about a dependent and act; on a conflict look again with the
+    /// object as the server has it.
+    async fn collect(&self, item: Item) -> Result<Outcome, Error> {
+        let api = self.item_api(&item)?;
+        let mut owners = item.owners.clone();
+        let mut finalizers = item.finalizers.clone();
+        let mut rv = item.resource_version.clone();
+        for _ in 0..4 {
+            let Some(states) = self.classify(&item, &owners).await? else {
+                return Ok(Outcome::Done);
+            };
+            let solid = states.iter().any(|(_, s)| matches!(s, OwnerState::Solid));
+            let dead: HashSet<&str> = states
+                .iter()
+                .filter(|(_, s)| !matches!(s, OwnerState::Solid))
+                .map(|(r, _)| r.uid.as_str())
+                .collect();
+            let waiting = states.iter().any(|(_, s)| matches!(s, OwnerState::Waiting));
+            let result = if solid {
+                if dead.is_empty() {
+                    return Ok(Outcome::Done);
+                }
+                // Keep the object; drop the references to dead owners.
+                let kept: Vec<OwnerReference> = owners
+                    .iter()
+                    .filter(|r| !dead.contains(r.uid.as_str()))
+                    .cloned()
+                    .collect();
+                self.patch_owner_refs(&api, &item, rv.as_deref(), kept)
+                    .await
+                    .map(|_| ())
+            } else if waiting && item.has_dependents {
+                // Delete it in the foreground so its own dependents go first;
+                // un-block its references if a dependent waits on it too (a
+                // cycle), as kube does.
+                let mut guard = rv.clone();
+                if self.dependent_deleting_dependents(&item.uid) {
+                    let unblocked: Vec<OwnerReference> = owners
+                        .iter()
+                        .map(|r| {
+                            let mut r = r.clone();
+                            if r.block_owner_deletion == Some(true) {
+                                r.block_owner_deletion = Some(false);
+                            }
+                            r
+                        })
+                        .collect();
+                    if unblocked != owners {
+                        match self
+                            .patch_owner_refs(&api, &item, rv.as_deref(), unblocked)
+                            .await
+                        {
+                            Ok(new_rv) => guard = new_rv,
+                            Err(e) if is_conflict(&e) => guard = None,
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
+                match guard {
+                    Some(g) => self.delete(&api, &item, &g, "Foreground").await,
+                    None => Err(conflict_error()),
+                }
+            } else {
+                let policy = if finalizers.iter().any(|f| f == FINALIZER_ORPHAN) {
+                    "Orphan"
+                } else if finalizers.iter().any(|f| f == FINALIZER_FOREGROUND) {
+                    "Foreground"
+                } else {
+                    "Background"
+                };
+                match rv.as_deref() {
+                    Some(g) => self.delete(&api, &item, g, policy).await,
+                    None => Err(conflict_error()),
+                }
+            };
+            match result {
+                Ok(()) => return Ok(Outcome::Done),
+                Err(e) if is_not_found(&e) => return Ok(Outcome::Done),
+                Err(e) if is_conflict(&e) => {
+                    // Look at the object as the server has it now.
+                    let Some(fresh) = api.get_metadata_opt(&item.name).await? else {
+                        return Ok(Outcome::Done);
+                    };
+                    let m = fresh.metadata;
+                    if m.uid.as_deref() != Some(&*item.uid) || m.deletion_timestamp.is_some() {
+                        return Ok(Outcome::Done);
+                    }
+                    owners = m.owner_references.unwrap_or_default();
+                    finalizers = m.finalizers.unwrap_or_default();
+                    rv = m.resource_version;
+                    if owners.is_empty() {
+                        return Ok(Outcome::Done);
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Outcome::Retry)
+    }
+
+    /// DELETE with uid and resourceVersion preconditions.
+    async fn delete(
+        &self,
+        api: &Api<DynamicObject>,
+        item: &Item,
+        rv: &str,
+        policy: &str,
+    ) -> Result<(), kube::Error> {
+        let mut dp = match policy {
+            "Orphan" => DeleteParams::orphan(),
+            "Foreground" => DeleteParams::foreground(),
+            _ => DeleteParams::background(),
+        };
+        dp.preconditions = Some(Preconditions {
+            uid: Some(item.uid.to_string()),
+            resource_version: Some(rv.to_string()),
+        });
+        let req = kube::core::Request::new(api.resource_url())
+            .delete(&item.name, &dp)
+            .map_err(kube::Error::BuildRequest)?;
+        send_discard(&self.client, req).await?;
+        tracing::debug!(kind = %item.kind, name = %item.name, policy, "garbage collector: deleted");
+        self.count(1, 0);
+        Ok(())
+    }
+
+    /// Set a dependent's ownerReferences to `refs`, guarded by `rv`
+    /// (fetched first when unknown). The new resourceVersion.
+    async fn patch_owner_refs(
+        &self,
+        api: &Api<DynamicObject>,
+        item: &Item,
+        rv: Option<&str>,
+        refs: Vec<OwnerReference>,
+    ) -> Result<Option<String>, kube::Error> {
+        let rv = match rv {
+            Some(rv) => rv.to_string(),
+            None => return Err(conflict_error()),
+        };
+        let value = if refs.is_empty() {
+            Value::Null
+        } else {
+            serde_json::to_value(&refs).map_err(kube::Error::SerdeError)?
+        };
+        let out = api
+            .patch_metadata(
+                &item.name,
+                &PatchParams::default(),
+                &guarded_patch(&rv, "ownerReferences", value),
+            )
+            .await?;
+        self.count(0, 1);
+        Ok(out.metadata.resource_version)
+    }
+
+    /// Remove `finalizer` from an object, guarded by the resourceVersion it
+    /// was read at, so other finalizers are never lost.
+    async fn remove_finalizer(&self, item: &Item, finalizer: &str) -> Result<(), Error> {
+        let api = self.item_api(item)?;
+        for _ in 0..8 {
+            let Some(m) = api.get_metadata_opt(&item.name).await? else {
+                return Ok(());
+            };
+            let m = m.metadata;
+            if m.uid.as_deref() != Some(&*item.uid) {
+                return Ok(());
+            }
+            let finalizers = m.finalizers.unwrap_or_default();
+            if !finalizers.iter().any(|f| f == finalizer) {
+                return Ok(());
+            }
+            let rest: Vec<&String> = finalizers.iter().filter(|f| *f != finalizer).collect();
+            let rv = m.resource_version.unwrap_or_default();
+            match api
+                .patch_metadata(
+                    &item.name,
+                    &PatchParams::default(),
+                    &guarded_patch(&rv, "finalizers", json!(rest)),
+                )
+                .await
+            {
+                Ok(_) => {
+                    self.count(0, 1);
+                    tracing::debug!(kind = %item.kind, name = %item.name, finalizer, "garbage collector: finalizer removed");
+                    return Ok(());
+                }
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if is_conflict(&e) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(conflict_error().into())
+    }
+
+    /// Whether any dependent of `uid` is itself waiting for its own
+    /// dependents (a cycle through a foreground deletion).
+    fn dependent_deleting_dependents(&self, uid: &Uid) -> bool {
+        let g = self.graph();
+        g.nodes.get(uid).is_some_and(|n| {
+            n.dependents
+                .iter()
+                .any(|d| g.nodes.get(d).is_some_and(Node::deleting_dependents))
+        })
+    }
+
+    /// An owner waiting for its dependents (kube's
+    /// `processDeletingDependentsItem`): done when no dependent with
+    /// `blockOwnerDeletion` is left. (Its dependents were queued when it
+    /// started waiting, and a failed dependent retries on its own, so
+    /// unlike kube they are not queued again on every pass: that would make
+    /// a foreground deletion of n dependents O(n²).)
+    async fn process_deleting_dependents(&self, item: &Item) -> Result<Outcome, Error> {
+        let blocked = self
+            .graph()
+            .nodes
+            .get(&item.uid)
+            .is_some_and(|n| !n.blocking.is_empty());
+        if !blocked {
+            self.remove_finalizer(item, FINALIZER_FOREGROUND).await?;
+        }
+        Ok(Outcome::Done)
+    }
+
+    /// kube's `attemptToOrphan`: drop the owner's reference from every
+    /// dependent, then its `orphan` finalizer.
+    async fn attempt_to_orphan(&self, uid: &Uid) -> Result<(), Error> {
+        let Some(owner) = self.snapshot(uid) else {
+            return Ok(());
+        };
+        let dependents: Vec<Item> = {
+            let deps: Vec<Uid> = self
+                .graph()
+                .nodes
+                .get(uid)
+                .map(|n| n.dependents.iter().cloned().collect())
+                .unwrap_or_default();
+            deps.iter().filter_map(|d| self.snapshot(d)).collect()
+        };
+        let owner_uid: &str = &owner.uid;
+        futures::stream::iter(dependents)
+            .map(|dep| async move { self.drop_owner_ref(&dep, owner_uid).await })
+            .buffer_unordered(32)
+            .try_collect::<Vec<()>>()
+            .await?;
+        self.remove_finalizer(&owner, FINALIZER_ORPHAN).await
+    }
+
+    /// Remove the reference to `owner` from a dependent.
+    async fn drop_owner_ref(&self, dep: &Item, owner: &str) -> Result<(), Error> {
+        if !dep.observed {
+            return Ok(());
+        }
+        let api = self.item_api(dep)?;
+        let mut owners = dep.owners.clone();
+        let mut rv = dep.resource_version.clone();
+        for _ in 0..8 {
+            let kept: Vec<OwnerReference> =
+                owners.iter().filter(|r| r.uid != owner).cloned().collect();
+            if kept.len() == owners.len() {
+                return Ok(());
+            }
+            match self.patch_owner_refs(&api, dep, rv.as_deref(), kept).await {
+                Ok(_) => return Ok(()),
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if is_conflict(&e) => {
+                    let Some(fresh) = api.get_metadata_opt(&dep.name).await? else {
+                        return Ok(());
+                    };
+                    if fresh.metadata.uid.as_deref() != Some(&*dep.uid) {
+                        return Ok(());
+                    }
+                    owners = fresh.metadata.owner_references.unwrap_or_default();
+                    rv = fresh.metadata.resource_version;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(conflict_error().into())
+    }
+}
+
+/// A stand-in 409 for "the cached resourceVersion is missing or stale".
+fn conflict_error() -> kube::Error {
+    kube::Error::Api(
+        kube::core::Status::failure("the object has been modified", "Conflict")
+            .with_code(409)
+            .boxed(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_set_forgets_oldest() {
+        let mut b = Bounded::new(2);
+        b.insert(1);
+        b.insert(2);
+        b.insert(3);
+        assert!(!b.contains(&1));
+        assert!(b.contains(&2) && b.contains(&3));
+    }
+}

@@ -1,0 +1,168 @@
+//! The built-in controllers of the embedded cluster, as kube-rs clients: the
+//! [garbage collector](gc) (ownerReferences; Background, Foreground and
+//! Orphan propagation) and the [namespace controller](namespace) (empties a
+//! deleted namespace, then finalizes it).
+//!
+//! They use nothing but a [`kube::Client`], so they run unchanged against a
+//! real cluster. Against kubeforge's own server, tell the server they run
+//! (`ApiServer::set_controllers_running(true)`) so Foreground and Orphan
+//! deletions add their finalizers and namespaces wait for finalization.
+//!
+//! ```no_run
+//! # async fn demo(client: kube::Client) {
+//! let controllers = kubeforge_controllers::start_builtin(client);
+//! controllers.wait_synced().await;
+//! // … the cluster now garbage-collects and finalizes namespaces …
+//! controllers.stop().await;
+//! # }
+//! ```
+
+use std::future::Future;
+
+use kube::Client;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub mod catalog;
+pub mod gc;
+pub mod namespace;
+mod queue;
+
+pub use catalog::{Catalog, Resource};
+pub use gc::{GarbageCollector, GcOptions};
+pub use namespace::{NamespaceController, NamespaceOptions};
+
+/// The names of the built-in controllers, as `kubeforge up` prints them.
+pub const BUILTIN_NAMES: &str = "garbage collector, namespace";
+
+/// Errors of the controllers' API calls.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request to the API server failed.
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// An ownerReference names a kind the server does not serve (yet).
+    #[error("no served resource for {api_version} {kind}")]
+    Unmapped {
+        /// The reference's apiVersion.
+        api_version: String,
+        /// The reference's kind.
+        kind: String,
+    },
+    /// An object could not be encoded.
+    #[error("encoding failed: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+/// A stop signal shared by a controller's tasks.
+#[derive(Clone)]
+pub(crate) struct Stop(watch::Receiver<bool>);
+
+impl Stop {
+    pub(crate) fn new() -> (watch::Sender<bool>, Stop) {
+        let (tx, rx) = watch::channel(false);
+        (tx, Stop(rx))
+    }
+
+    /// Resolves once stop was requested (or the sender is gone).
+    pub(crate) async fn wait(&mut self) {
+        let _ = self.0.wait_for(|s| *s).await;
+    }
+}
+
+/// The HTTP status code of an API error, if it is one.
+pub(crate) fn status_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// Whether `e` is a 404.
+pub(crate) fn is_not_found(e: &kube::Error) -> bool {
+    status_code(e) == Some(404)
+}
+
+/// Whether `e` is a 409.
+pub(crate) fn is_conflict(e: &kube::Error) -> bool {
+    status_code(e) == Some(409)
+}
+
+/// Send a request whose successful answer is not needed (it is read and
+/// dropped, never parsed); an error answer becomes `kube::Error::Api`.
+pub(crate) async fn send_discard(
+    client: &Client,
+    req: http::Request<Vec<u8>>,
+) -> Result<(), kube::Error> {
+    let res = client.send(req.map(kube::client::Body::from)).await?;
+    let code = res.status();
+    let body = res.into_body().collect_bytes().await?;
+    if code.is_client_error() || code.is_server_error() {
+        let status = serde_json::from_slice::<kube::core::Status>(&body).unwrap_or_else(|_| {
+            kube::core::Status::failure(&String::from_utf8_lossy(&body), "")
+                .with_code(code.as_u16())
+        });
+        return Err(kube::Error::Api(status.boxed()));
+    }
+    Ok(())
+}
+
+/// The built-in controllers, running; see [`start_builtin`].
+pub struct Builtin {
+    gc: GarbageCollector,
+    namespace: NamespaceController,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Start the garbage collector and the namespace controller on `client`
+/// (spawned on the current Tokio runtime) with default options.
+pub fn start_builtin(client: Client) -> Builtin {
+    let gc = GarbageCollector::new(client.clone(), GcOptions::default());
+    let namespace = NamespaceController::new(client, NamespaceOptions::default());
+    let (stop, rx) = Stop::new();
+    let tasks = vec![
+        tokio::spawn(gc.clone().run_until(rx.clone())),
+        tokio::spawn(namespace.clone().run_until(rx)),
+    ];
+    Builtin {
+        gc,
+        namespace,
+        stop,
+        tasks,
+    }
+}
+
+/// Run the built-in controllers on `client` until `shutdown` resolves.
+pub async fn run_builtin(client: Client, shutdown: impl Future<Output = ()>) {
+    let b = start_builtin(client);
+    shutdown.await;
+    b.stop().await;
+}
+
+impl Builtin {
+    /// The garbage collector.
+    pub fn gc(&self) -> &GarbageCollector {
+        &self.gc
+    }
+
+    /// The namespace controller.
+    pub fn namespace(&self) -> &NamespaceController {
+        &self.namespace
+    }
+
+    /// Resolves once the garbage collector has listed every resource and
+    /// the namespace controller every namespace (their caches are synced).
+    pub async fn wait_synced(&self) {
+        self.gc.wait_synced().await;
+        self.namespace.wait_synced().await;
+    }
+
+    /// Stop both controllers and wait for their tasks.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
