@@ -49,6 +49,13 @@ struct ServeArgs {
     /// Skip fsync on commit (faster, but a crash may lose acknowledged writes).
     #[arg(long)]
     no_fsync: bool,
+    /// Revisions of history kept for watches and consistent lists when the
+    /// store is compacted (older resourceVersions get 410 Expired).
+    #[arg(long, default_value_t = 100_000)]
+    history_window: u64,
+    /// Seconds between compactions (kube-apiserver compacts every 300).
+    #[arg(long, default_value_t = 300)]
+    compaction_interval: u64,
 }
 
 fn main() -> Result<()> {
@@ -117,6 +124,12 @@ async fn serve(args: ServeArgs, up: bool) -> Result<()> {
     } else {
         None
     };
+    if args.compaction_interval > 0 {
+        server.start_compaction(
+            std::time::Duration::from_secs(args.compaction_interval),
+            args.history_window,
+        );
+    }
     let serving = tokio::spawn(server.serve(listener, shutdown));
     let what = if up { "control plane" } else { "API server" };
     println!(
