@@ -157,15 +157,7 @@ impl GarbageCollector {
 
     /// Run until `shutdown` resolves.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        let (tx, stop) = Stop::new();
-        let run = self.run_until(stop);
-        tokio::pin!(run);
-        tokio::select! {
-            () = &mut run => return,
-            () = shutdown => {}
-        }
-        let _ = tx.send(true);
-        run.await;
+        Stop::run_until_shutdown(|stop| self.run_until(stop), shutdown).await;
     }
 
     /// Resolves once every resource watched at start has been listed into

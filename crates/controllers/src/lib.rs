@@ -68,6 +68,26 @@ impl Stop {
     pub(crate) async fn wait(&mut self) {
         let _ = self.0.wait_for(|s| *s).await;
     }
+
+    /// Drive `run` (a controller loop that ends when its `Stop` fires)
+    /// until it ends by itself or `shutdown` resolves; then signal stop and
+    /// let it finish.
+    pub(crate) async fn run_until_shutdown<F>(
+        run: impl FnOnce(Stop) -> F,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) where
+        F: std::future::Future<Output = ()>,
+    {
+        let (tx, stop) = Stop::new();
+        let run = run(stop);
+        tokio::pin!(run);
+        tokio::select! {
+            () = &mut run => return,
+            () = shutdown => {}
+        }
+        let _ = tx.send(true);
+        run.await;
+    }
 }
 
 /// The HTTP status code of an API error, if it is one.

@@ -110,15 +110,7 @@ impl NamespaceController {
 
     /// Run until `shutdown` resolves.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        let (tx, stop) = Stop::new();
-        let run = self.run_until(stop);
-        tokio::pin!(run);
-        tokio::select! {
-            () = &mut run => return,
-            () = shutdown => {}
-        }
-        let _ = tx.send(true);
-        run.await;
+        Stop::run_until_shutdown(|stop| self.run_until(stop), shutdown).await;
     }
 
     /// Resolves once the namespaces have been listed.
