@@ -109,6 +109,39 @@ async fn creates(label: &str, store: Store, total: usize) {
     );
 }
 
+/// The server alone: pod creates as raw requests handed to
+/// `ApiServer::handle` in-process (no HTTP, no client decoding), 32 tasks.
+async fn raw_creates(total: usize) {
+    use http_body_util::{BodyExt, Full};
+    let server = ApiServer::in_memory().await;
+    let concurrency = 32;
+    let per = total / concurrency;
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..concurrency {
+        let server = server.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per {
+                let body = serde_json::to_vec(&pod(&format!("raw-{w}-{i}"))).expect("json");
+                let req = http::Request::post("/api/v1/namespaces/default/pods")
+                    .header("content-type", "application/json")
+                    .body(Full::new(bytes::Bytes::from(body)))
+                    .expect("request");
+                let resp = server.handle(req).await;
+                assert_eq!(resp.status(), 201);
+                let _ = resp.into_body().collect().await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    println!(
+        "creates  server only, in-process raw requests, 32 concurrent: {:.0} creates/s",
+        (per * concurrency) as f64 / t.elapsed().as_secs_f64()
+    );
+}
+
 async fn list(n: usize) {
     let server = ApiServer::in_memory().await;
     let client = server.client();
@@ -280,6 +313,9 @@ fn main() {
             creates("durable", store.clone(), 32 * 500).await;
             store.close().await;
             let _ = std::fs::remove_dir_all(&dir);
+        }
+        if want("rawcreates") {
+            raw_creates(32 * 1000).await;
         }
         if want("list") {
             list(100_000).await;
