@@ -728,6 +728,21 @@ fn or_none(x: String) -> Value {
     }
 }
 
+/// A string map (`metadata.labels`-like) as `k=v,k=v`, `<none>` when empty.
+fn string_map(o: &Value, pointer: &str) -> Value {
+    let pairs = o
+        .pointer(pointer)
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    or_none(pairs)
+}
+
 fn len_of(v: &Value, p: &str) -> usize {
     match v.pointer(p) {
         Some(Value::Object(m)) => m.len(),
@@ -848,19 +863,7 @@ fn service_columns() -> Vec<Column> {
             or_none(ports.join(","))
         }),
         Column::age(),
-        Column::func("Selector", "string", 1, |o| {
-            let sel = o
-                .pointer("/spec/selector")
-                .and_then(Value::as_object)
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                })
-                .unwrap_or_default();
-            or_none(sel)
-        }),
+        Column::func("Selector", "string", 1, |o| string_map(o, "/spec/selector")),
     ]
 }
 
@@ -1140,17 +1143,7 @@ fn daemonset_columns() -> Vec<Column> {
         Column::int("Up-to-date", 0, "/status/updatedNumberScheduled"),
         Column::int("Available", 0, "/status/numberAvailable"),
         Column::func("Node Selector", "string", 0, |o| {
-            let sel = o
-                .pointer("/spec/template/spec/nodeSelector")
-                .and_then(Value::as_object)
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                })
-                .unwrap_or_default();
-            or_none(sel)
+            string_map(o, "/spec/template/spec/nodeSelector")
         }),
         Column::age(),
     ]

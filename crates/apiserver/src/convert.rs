@@ -94,17 +94,25 @@ impl ResourceDef {
     /// A stored object in the served form (custom resources also get their
     /// schema's defaults, which kube-apiserver applies on read).
     pub fn from_storage(&self, v: Value) -> Value {
+        self.reshape(v).0
+    }
+
+    /// `from_storage`, also saying whether the object changed (so callers
+    /// re-encode only then).
+    fn reshape(&self, v: Value) -> (Value, bool) {
         if let Some(c) = self.conversion {
-            return (c.from_storage)(v);
+            return ((c.from_storage)(v), true);
         }
         let mut v = v;
+        let mut changed = false;
         if self.converts() && v.is_object() {
             v["apiVersion"] = json!(self.api_version());
+            changed = true;
         }
         if let Some(validator) = self.custom.as_ref().and_then(|c| c.validator.as_ref()) {
-            validator.apply_defaults(&mut v);
+            changed |= validator.apply_defaults(&mut v);
         }
-        v
+        (v, changed)
     }
 
     /// A served-form object in the stored form.
@@ -140,11 +148,9 @@ impl ResourceDef {
         let Ok(stored) = serde_json::from_slice::<Value>(bytes) else {
             return bytes.clone();
         };
-        let served = self.from_storage(stored.clone());
-        if served == stored {
-            bytes.clone()
-        } else {
-            Bytes::from(served.to_string())
+        match self.reshape(stored) {
+            (served, true) => Bytes::from(served.to_string()),
+            (_, false) => bytes.clone(),
         }
     }
 }
