@@ -1,0 +1,556 @@
+//! Controllers: what to reconcile (`for`, [`owns`](ControllerBuilder::owns),
+//! [`watches`](ControllerBuilder::watches)), when (predicates, resync,
+//! requeue), and how (bounded concurrency, per-object backoff, terminal
+//! errors, panic recovery), built on kube-runtime's
+//! [`applier`](kube::runtime::applier), the engine of its `Controller`.
+//!
+//! The triggers come from the manager's shared informers rather than from a
+//! watch per controller; kube-runtime's scheduler deduplicates them, never
+//! runs two reconciles of one object at once, and holds requeues. Around
+//! each reconcile this module keeps controller-runtime's metrics and its
+//! default rate limiter (5 ms → 1000 s per object, reset on success).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::{self, BoxStream};
+use futures::{FutureExt, StreamExt};
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::task::{JoinError, JoinHandle};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::action::Action;
+use crate::backoff::{BackoffConfig, ItemBackoff};
+use crate::error::ReconcileError;
+use crate::informer::{Cacheable, Change, Informer, lock};
+use crate::manager::Manager;
+use crate::metrics::{ControllerLabels, DepthSource, Metrics, QueueLabels, ResultLabels};
+use crate::predicates::Predicate;
+use crate::shutdown::Stop;
+
+/// Builds a controller for primary kind `K` with context `C`; see
+/// [`Manager::controller`]. Nothing runs until [`register`](Self::register)
+/// and [`Manager::run`].
+#[must_use = "a controller does nothing until .register(reconcile) is called"]
+pub struct ControllerBuilder<'m, K: Cacheable, C> {
+    mgr: &'m Manager,
+    name: String,
+    ctx: Arc<C>,
+    sources: Vec<SourceFn<K>>,
+    predicate: Option<Predicate>,
+    max_concurrent: u16,
+    resync: Option<Duration>,
+    backoff: BackoffConfig,
+}
+
+/// Subscribes one trigger source when the controller starts.
+type SourceFn<K> = Box<dyn FnOnce(&Arc<Shared<K>>) -> BoxStream<'static, ObjectRef<K>> + Send>;
+
+impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
+    pub(crate) fn new(mgr: &'m Manager, name: &str, ctx: C) -> Self {
+        ControllerBuilder {
+            mgr,
+            name: name.to_string(),
+            ctx: Arc::new(ctx),
+            sources: Vec::new(),
+            predicate: None,
+            max_concurrent: 1,
+            resync: None,
+            backoff: BackoffConfig::default(),
+        }
+    }
+
+    /// Also reconcile the controlling owner (an ownerReference with
+    /// `controller: true` of kind `K`) when a `Child` changes or is deleted,
+    /// like controller-runtime's `Owns`.
+    pub fn owns<Child: Cacheable>(mut self) -> Self {
+        let informer = self.mgr.informers().get::<Child>();
+        self.sources.push(Box::new(move |_shared: &Arc<Shared<K>>| {
+            let (rx, _) = informer.subscribe();
+            rx.flat_map(|change| {
+                let mut refs: Vec<ObjectRef<K>> = Vec::new();
+                match &change {
+                    Change::Applied { old, new } => {
+                        refs.extend(controller_owner::<K, Child>(new));
+                        if let Some(old) = old {
+                            refs.extend(controller_owner::<K, Child>(old));
+                        }
+                    }
+                    Change::Deleted(o) => refs.extend(controller_owner::<K, Child>(o)),
+                }
+                refs.dedup();
+                stream::iter(refs)
+            })
+            .boxed()
+        }));
+        self
+    }
+
+    /// Also reconcile the objects `mapper` names when an `Other` changes or
+    /// is deleted (controller-runtime's `Watches` with
+    /// `EnqueueRequestsFromMapFunc`); on an update both the old and the new
+    /// object are mapped.
+    pub fn watches<Other, I>(mut self, mapper: impl Fn(&Other) -> I + Send + Sync + 'static) -> Self
+    where
+        Other: Cacheable,
+        I: IntoIterator<Item = ObjectRef<K>>,
+    {
+        let informer = self.mgr.informers().get::<Other>();
+        let mapper = Arc::new(mapper);
+        self.sources.push(Box::new(move |_shared: &Arc<Shared<K>>| {
+            let (rx, _) = informer.subscribe();
+            rx.flat_map(move |change| {
+                let mut refs: Vec<ObjectRef<K>> = Vec::new();
+                match &change {
+                    Change::Applied { old, new } => {
+                        refs.extend(mapper(new));
+                        if let Some(old) = old {
+                            refs.extend(mapper(old));
+                        }
+                    }
+                    Change::Deleted(o) => refs.extend(mapper(o)),
+                }
+                stream::iter(refs)
+            })
+            .boxed()
+        }));
+        self
+    }
+
+    /// Filter updates of the primary kind `K` (creations always pass). Owned
+    /// and watched kinds are not filtered, so a child's status change still
+    /// reaches its owner. Compose several with [`Predicate::and`] /
+    /// [`Predicate::or`]; calling this again combines with `and`.
+    pub fn with_predicate(mut self, predicate: Predicate) -> Self {
+        self.predicate = Some(match self.predicate.take() {
+            Some(p) => p.and(predicate),
+            None => predicate,
+        });
+        self
+    }
+
+    /// How many objects are reconciled at once (default 1, as
+    /// controller-runtime). One object is never reconciled twice at once.
+    /// 0 means 1.
+    pub fn max_concurrent_reconciles(mut self, n: u16) -> Self {
+        self.max_concurrent = n.max(1);
+        self
+    }
+
+    /// Reconcile every cached object of kind `K` every `every` (periodic
+    /// resync; off by default).
+    pub fn resync(mut self, every: Duration) -> Self {
+        self.resync = (!every.is_zero()).then_some(every);
+        self
+    }
+
+    /// The per-object backoff after errors (default 5 ms → 1000 s).
+    pub fn backoff(mut self, backoff: BackoffConfig) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Add the controller to the manager with its reconcile function. It
+    /// starts with [`Manager::run`] (once leading, with leader election).
+    pub fn register<F, Fut>(self, reconcile: F)
+    where
+        F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
+    {
+        let informer = self.mgr.informers().get::<K>();
+        let metrics = self.mgr.metrics();
+        let shared = Arc::new(Shared {
+            name: self.name.clone(),
+            store: informer.store(),
+            pending: Mutex::new(HashMap::new()),
+            backoff: ItemBackoff::new(self.backoff),
+            labels: ControllerLabels {
+                controller: self.name.clone(),
+            },
+            queue_labels: QueueLabels {
+                name: self.name.clone(),
+                controller: self.name.clone(),
+            },
+            metrics: metrics.clone(),
+        });
+        metrics.init_controller(&self.name, self.max_concurrent, shared.clone());
+        let mut sources = self.sources;
+        sources.insert(0, primary_source(informer, self.predicate));
+        let run = Running {
+            shared,
+            sources,
+            reconcile: Arc::new(reconcile),
+            ctx: self.ctx,
+            resync: self.resync,
+            concurrency: self.max_concurrent,
+        };
+        self.mgr.add_controller(
+            self.name,
+            Box::new(move |stop: Stop| run.run(stop).boxed()),
+        );
+    }
+}
+
+/// The refs of `obj`'s controlling owner when it is a `K`.
+fn controller_owner<K: Cacheable, O: Resource>(obj: &O) -> Option<ObjectRef<K>> {
+    let kind = K::kind(&());
+    let group = K::group(&());
+    let owner = obj
+        .meta()
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))?;
+    let owner_group = owner.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    if owner.kind != kind || owner_group != group {
+        return None;
+    }
+    let r = ObjectRef::<K>::new(&owner.name);
+    // A namespaced owner lives in its child's namespace; a cluster-scoped
+    // owner has none (looking it up with one would miss it).
+    Some(match obj.meta().namespace.as_deref() {
+        Some(ns) if is_namespaced::<K>() => r.within(ns),
+        _ => r,
+    })
+}
+
+/// Whether `K` is namespaced.
+fn is_namespaced<K: Cacheable>() -> bool {
+    std::any::TypeId::of::<K::Scope>() != std::any::TypeId::of::<k8s_openapi::ClusterResourceScope>()
+}
+
+/// Trigger source of the primary kind: every creation, updates that pass
+/// the predicate, and (once) the whole cache if it was synced already.
+fn primary_source<K: Cacheable>(
+    informer: Arc<Informer<K>>,
+    predicate: Option<Predicate>,
+) -> SourceFn<K> {
+    Box::new(move |shared: &Arc<Shared<K>>| {
+        let (rx, synced) = informer.subscribe();
+        let initial: Vec<ObjectRef<K>> = if synced {
+            informer
+                .store()
+                .state()
+                .iter()
+                .map(|o| ObjectRef::from_obj(&**o))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let shared = shared.clone();
+        let changes = rx.filter_map(move |change| {
+            let out = match change {
+                Change::Applied { old: None, new } => Some(ObjectRef::from_obj(&*new)),
+                Change::Applied { old: Some(old), new } => match &predicate {
+                    Some(p) if !p.update(old.meta(), new.meta()) => None,
+                    _ => Some(ObjectRef::from_obj(&*new)),
+                },
+                Change::Deleted(gone) => {
+                    let r = ObjectRef::from_obj(&*gone);
+                    shared.backoff.forget(&r);
+                    lock(&shared.pending).remove(&r);
+                    None
+                }
+            };
+            std::future::ready(out)
+        });
+        stream::iter(initial).chain(changes).boxed()
+    })
+}
+
+/// What a controller shares between its triggers, its reconciles and the
+/// metrics.
+pub(crate) struct Shared<K: Cacheable> {
+    name: String,
+    store: Store<K>,
+    /// Objects waiting in the queue, with when they became (or become)
+    /// ready: gives `workqueue_depth` and `workqueue_queue_duration_seconds`.
+    pending: Mutex<HashMap<ObjectRef<K>, Instant>>,
+    backoff: ItemBackoff<ObjectRef<K>>,
+    labels: ControllerLabels,
+    queue_labels: QueueLabels,
+    metrics: Arc<Metrics>,
+}
+
+impl<K: Cacheable> Shared<K> {
+    /// `key` enters the queue, ready at `at`.
+    fn add(&self, key: ObjectRef<K>, at: Instant) {
+        let mut pending = lock(&self.pending);
+        match pending.get_mut(&key) {
+            Some(t) => *t = (*t).min(at),
+            None => {
+                pending.insert(key, at);
+                self.metrics
+                    .workqueue_adds
+                    .get_or_create(&self.queue_labels)
+                    .inc();
+            }
+        }
+    }
+
+    /// `key` leaves the queue for a worker.
+    fn take(&self, key: &ObjectRef<K>) {
+        let ready = lock(&self.pending).remove(key);
+        let waited = ready.map_or(Duration::ZERO, |t| Instant::now().saturating_duration_since(t));
+        self.metrics
+            .workqueue_queue_duration
+            .get_or_create(&self.queue_labels)
+            .observe(waited.as_secs_f64());
+    }
+
+    fn count(&self, result: &str) {
+        self.metrics
+            .reconcile_total
+            .get_or_create(&ResultLabels {
+                controller: self.name.clone(),
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// A rate-limited requeue: the next backoff step.
+    fn requeue_rate_limited(&self, key: ObjectRef<K>) -> Duration {
+        let delay = self.backoff.when(key.clone());
+        self.metrics
+            .workqueue_retries
+            .get_or_create(&self.queue_labels)
+            .inc();
+        self.add(key, Instant::now() + delay);
+        delay
+    }
+}
+
+impl<K: Cacheable> DepthSource for Shared<K> {
+    fn depth(&self) -> i64 {
+        let now = Instant::now();
+        let mut pending = lock(&self.pending);
+        // Requests for objects no longer cached are dropped by the applier.
+        pending.retain(|k, _| self.store.get(k).is_some());
+        let ready = pending.values().filter(|t| **t <= now).count();
+        i64::try_from(ready).unwrap_or(i64::MAX)
+    }
+}
+
+/// Why a reconcile failed, as the applier sees it.
+#[derive(Debug)]
+struct Failed {
+    message: String,
+    terminal: bool,
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failed {}
+
+/// A spawned reconcile, aborted if the controller is dropped (a shutdown
+/// past its grace period).
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, JoinError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+/// The text of a panic payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "reconcile panicked".to_string()
+    }
+}
+
+type ReconcileFn<K, C, Fut> = dyn Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync;
+
+/// A registered controller, ready to run.
+struct Running<K: Cacheable, C, Fut> {
+    shared: Arc<Shared<K>>,
+    sources: Vec<SourceFn<K>>,
+    reconcile: Arc<ReconcileFn<K, C, Fut>>,
+    ctx: Arc<C>,
+    resync: Option<Duration>,
+    concurrency: u16,
+}
+
+impl<K, C, Fut> Running<K, C, Fut>
+where
+    K: Cacheable,
+    C: Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
+{
+    /// Run until `stop`: stop taking new work, finish what is in flight.
+    async fn run(self, stop: Stop) {
+        let shared = self.shared;
+        let mut triggers: Vec<BoxStream<'static, ObjectRef<K>>> =
+            self.sources.into_iter().map(|s| s(&shared)).collect();
+        if let Some(every) = self.resync {
+            let store = shared.store.clone();
+            triggers.push(
+                stream::unfold(store, move |store| async move {
+                    tokio::time::sleep(every).await;
+                    let refs: Vec<ObjectRef<K>> =
+                        store.state().iter().map(|o| ObjectRef::from_obj(&**o)).collect();
+                    Some((stream::iter(refs), store))
+                })
+                .flatten()
+                .boxed(),
+            );
+        }
+        let queue_shared = shared.clone();
+        let mut stop_queue = stop.clone();
+        let queue = stream::select_all(triggers)
+            .map(move |r| {
+                queue_shared.add(r.clone(), Instant::now());
+                Ok::<_, Infallible>(r)
+            })
+            .take_until(async move { stop_queue.wait().await });
+
+        let reconcile = self.reconcile;
+        let worker_shared = shared.clone();
+        let policy_shared = shared.clone();
+        let results = kube::runtime::applier(
+            move |obj: Arc<K>, ctx: Arc<C>| {
+                reconcile_one(worker_shared.clone(), reconcile.clone(), obj, ctx)
+            },
+            move |obj: Arc<K>, err: &Failed, _ctx: Arc<C>| {
+                if err.terminal {
+                    return kube::runtime::controller::Action::await_change();
+                }
+                let delay = policy_shared.requeue_rate_limited(ObjectRef::from_obj(&*obj));
+                kube::runtime::controller::Action::requeue(delay)
+            },
+            self.ctx,
+            shared.store.clone(),
+            queue,
+            kube::runtime::Config::default().concurrency(self.concurrency),
+        );
+        tracing::info!(controller = %shared.name, workers = self.concurrency, "starting controller");
+        results
+            .for_each(|r| {
+                if let Err(kube::runtime::controller::Error::RunnerError(e)) = r {
+                    tracing::warn!(controller = %shared.name, error = %e, "controller runner failed");
+                }
+                std::future::ready(())
+            })
+            .await;
+        tracing::info!(controller = %shared.name, "controller stopped");
+    }
+}
+
+type ReconcileOutcome = Pin<Box<dyn Future<Output = Result<kube::runtime::controller::Action, Failed>> + Send>>;
+
+/// One reconcile: spawned (so reconciles run in parallel on the runtime's
+/// threads), panics caught, metrics kept, the result classified.
+fn reconcile_one<K, C, Fut>(
+    shared: Arc<Shared<K>>,
+    reconcile: Arc<ReconcileFn<K, C, Fut>>,
+    obj: Arc<K>,
+    ctx: Arc<C>,
+) -> ReconcileOutcome
+where
+    K: Cacheable,
+    C: Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
+{
+    let key = ObjectRef::from_obj(&*obj);
+    shared.take(&key);
+    let workers = shared.metrics.active_workers.get_or_create_owned(&shared.labels);
+    workers.inc();
+    let span = tracing::info_span!(
+        "reconcile",
+        controller = %shared.name,
+        namespace = key.namespace.as_deref().unwrap_or(""),
+        name = %key.name,
+    );
+    let started = Instant::now();
+    let task = AbortOnDrop(tokio::spawn(
+        AssertUnwindSafe(async move { reconcile(obj, ctx).await })
+            .catch_unwind()
+            .instrument(span.clone()),
+    ));
+    Box::pin(
+        async move {
+            let outcome = task.await;
+            workers.dec();
+            let secs = started.elapsed().as_secs_f64();
+            let m = &shared.metrics;
+            m.reconcile_time.get_or_create(&shared.labels).observe(secs);
+            m.workqueue_work_duration
+                .get_or_create(&shared.queue_labels)
+                .observe(secs);
+            let result = match outcome {
+                Ok(Ok(r)) => r,
+                Ok(Err(panic)) => {
+                    let msg = panic_message(&*panic);
+                    m.reconcile_panics.get_or_create(&shared.labels).inc();
+                    Err(ReconcileError::new(format!("reconcile panicked: {msg}")))
+                }
+                Err(e) => Err(ReconcileError::new(format!("reconcile task ended: {e}"))),
+            };
+            match result {
+                Ok(action) => match action.requeue_after() {
+                    None => {
+                        shared.backoff.forget(&key);
+                        shared.count("success");
+                        Ok(kube::runtime::controller::Action::await_change())
+                    }
+                    Some(d) if d.is_zero() => {
+                        shared.count("requeue");
+                        let delay = shared.requeue_rate_limited(key);
+                        Ok(kube::runtime::controller::Action::requeue(delay))
+                    }
+                    Some(d) => {
+                        shared.backoff.forget(&key);
+                        shared.count("requeue_after");
+                        shared.add(key, Instant::now() + d);
+                        Ok(action.into())
+                    }
+                },
+                Err(e) => {
+                    shared.count("error");
+                    m.reconcile_errors.get_or_create(&shared.labels).inc();
+                    if e.is_terminal() {
+                        m.terminal_reconcile_errors
+                            .get_or_create(&shared.labels)
+                            .inc();
+                        shared.backoff.forget(&key);
+                        tracing::error!(error = %e, "reconcile failed with a terminal error; not retried");
+                    } else {
+                        tracing::error!(error = %e, "reconcile failed; retrying with backoff");
+                    }
+                    Err(Failed {
+                        message: e.to_string(),
+                        terminal: e.is_terminal(),
+                    })
+                }
+            }
+        }
+        .instrument(span),
+    )
+}
+
+/// A controller, kind erased, as the manager holds it.
+pub(crate) type StartFn = Box<dyn FnOnce(Stop) -> BoxFuture<'static, ()> + Send>;

@@ -1,0 +1,365 @@
+//! The [`Manager`]: owns the client, the shared caches, the controllers, the
+//! admin server (`/metrics`, `/healthz`, `/readyz`) and leader election, and
+//! runs them until SIGTERM/SIGINT or a [`ShutdownHandle`], shutting down
+//! gracefully within a bound.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::join_all;
+use kube::Client;
+use kube::runtime::reflector::Store;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+use crate::admin::{self, AdminState};
+use crate::controller::{ControllerBuilder, StartFn};
+use crate::error::Error;
+use crate::informer::{Cacheable, Informers, lock};
+use crate::leader::{Elector, LeaderElection, LeaderState};
+use crate::metrics::Metrics;
+use crate::shutdown::{ShutdownHandle, Stop};
+
+/// Configures a [`Manager`]; see [`Manager::builder`].
+#[must_use]
+pub struct ManagerBuilder {
+    client: Client,
+    metrics_addr: Option<SocketAddr>,
+    metrics_listener: Option<std::net::TcpListener>,
+    leader: Option<LeaderElection>,
+    grace: Duration,
+    prune: bool,
+    signals: bool,
+    registry: Registry,
+}
+
+impl ManagerBuilder {
+    /// Serve `/metrics`, `/healthz` and `/readyz` on `addr` (off by default).
+    pub fn metrics_addr(mut self, addr: SocketAddr) -> Self {
+        self.metrics_addr = Some(addr);
+        self
+    }
+
+    /// Serve `/metrics`, `/healthz` and `/readyz` on an already bound
+    /// listener (handy with port 0: read its address first).
+    pub fn metrics_listener(mut self, listener: std::net::TcpListener) -> Self {
+        self.metrics_listener = Some(listener);
+        self
+    }
+
+    /// Run the controllers only while holding Lease `namespace/name`, with
+    /// controller-runtime's default timings.
+    pub fn leader_election(self, name: &str, namespace: &str) -> Self {
+        self.leader_election_with(LeaderElection::new(name, namespace))
+    }
+
+    /// Leader election with explicit settings.
+    pub fn leader_election_with(mut self, election: LeaderElection) -> Self {
+        self.leader = Some(election);
+        self
+    }
+
+    /// How long a shutdown waits for reconciles in flight before aborting
+    /// them (default 30 s).
+    pub fn graceful_shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.grace = timeout;
+        self
+    }
+
+    /// Whether cached objects lose `metadata.managedFields` and the
+    /// `kubectl.kubernetes.io/last-applied-configuration` annotation
+    /// (default: yes; they are most of a typical object's size and
+    /// controllers rarely read them).
+    pub fn prune_cached_objects(mut self, prune: bool) -> Self {
+        self.prune = prune;
+        self
+    }
+
+    /// Whether `run` stops on SIGTERM and SIGINT (default: yes).
+    pub fn handle_signals(mut self, on: bool) -> Self {
+        self.signals = on;
+        self
+    }
+
+    /// Register the application's own metrics beside the manager's, served
+    /// on the same `/metrics`.
+    pub fn register_metrics(mut self, register: impl FnOnce(&mut Registry)) -> Self {
+        register(&mut self.registry);
+        self
+    }
+
+    /// The manager.
+    pub fn build(self) -> Manager {
+        let (tx, _rx) = watch::channel(false);
+        Manager {
+            client: self.client,
+            informers: Informers::default(),
+            controllers: Mutex::new(Vec::new()),
+            metrics: Arc::new(Metrics::new(self.registry)),
+            metrics_addr: self.metrics_addr,
+            metrics_listener: self.metrics_listener,
+            leader: self.leader,
+            grace: self.grace,
+            prune: self.prune,
+            signals: self.signals,
+            shutdown: Arc::new(tx),
+        }
+    }
+}
+
+/// Runs controllers over shared caches; see the crate docs for an example.
+pub struct Manager {
+    client: Client,
+    informers: Informers,
+    controllers: Mutex<Vec<(String, StartFn)>>,
+    metrics: Arc<Metrics>,
+    metrics_addr: Option<SocketAddr>,
+    metrics_listener: Option<std::net::TcpListener>,
+    leader: Option<LeaderElection>,
+    grace: Duration,
+    prune: bool,
+    signals: bool,
+    shutdown: Arc<watch::Sender<bool>>,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager")
+            .field("metrics_addr", &self.metrics_addr)
+            .field("leader", &self.leader)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Manager {
+    /// Start configuring a manager over `client`.
+    pub fn builder(client: Client) -> ManagerBuilder {
+        ManagerBuilder {
+            client,
+            metrics_addr: None,
+            metrics_listener: None,
+            leader: None,
+            grace: Duration::from_secs(30),
+            prune: true,
+            signals: true,
+            registry: Registry::default(),
+        }
+    }
+
+    /// The client the manager's caches and controllers use.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// Start building a controller named `name` (the `controller` label of
+    /// its metrics) reconciling kind `K` with context `ctx`.
+    pub fn controller<K: Cacheable, C: Send + Sync + 'static>(
+        &self,
+        name: &str,
+        ctx: C,
+    ) -> ControllerBuilder<'_, K, C> {
+        ControllerBuilder::new(self, name, ctx)
+    }
+
+    /// The shared cache of kind `K`: the same one the controllers use (one
+    /// watch per kind). Empty until [`run`](Self::run) starts and the first
+    /// list arrives (`store.wait_until_ready().await`).
+    pub fn store<K: Cacheable>(&self) -> Store<K> {
+        self.informers.get::<K>().store()
+    }
+
+    /// The metrics the manager serves.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// A handle that stops [`run`](Self::run) gracefully.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle(self.shutdown.clone())
+    }
+
+    pub(crate) fn informers(&self) -> &Informers {
+        &self.informers
+    }
+
+    pub(crate) fn add_controller(&self, name: String, start: StartFn) {
+        lock(&self.controllers).push((name, start));
+    }
+
+    /// Run everything until SIGTERM/SIGINT (when handled) or a
+    /// [`ShutdownHandle`]: caches and the admin server at once; the
+    /// controllers once the caches they need are synced and (with leader
+    /// election) once this replica leads. On shutdown the controllers take
+    /// no new work and get the grace period to finish reconciles in flight;
+    /// then the Lease is released (if configured) and `run` returns.
+    ///
+    /// Returns [`Error::LeaderElectionLost`] when this replica stops leading
+    /// (its controllers were stopped first).
+    pub async fn run(self) -> Result<(), Error> {
+        if let Some(le) = &self.leader {
+            le.validate()?;
+        }
+        let listener = match (self.metrics_listener, self.metrics_addr) {
+            (Some(l), _) => {
+                let addr = l.local_addr().ok();
+                let l = l
+                    .set_nonblocking(true)
+                    .and_then(|()| tokio::net::TcpListener::from_std(l));
+                match l {
+                    Ok(l) => Some(l),
+                    Err(source) => {
+                        return Err(Error::Bind {
+                            addr: addr.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0))),
+                            source,
+                        });
+                    }
+                }
+            }
+            (None, Some(addr)) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| Error::Bind { addr, source })?,
+            ),
+            (None, None) => None,
+        };
+
+        let (bg_tx, bg_stop) = Stop::new();
+        let informers = self.informers.all();
+        let mut background = Vec::new();
+        for inf in &informers {
+            background.push(inf.clone().start(self.client.clone(), self.prune, bg_stop.clone()));
+        }
+        if let Some(listener) = listener {
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+            }
+            let state = AdminState {
+                metrics: self.metrics.clone(),
+                informers: informers.clone(),
+            };
+            background.push(tokio::spawn(admin::serve(listener, state, bg_stop.clone())));
+        }
+
+        let mut requested = std::pin::pin!(shutdown_requested(self.shutdown.subscribe(), self.signals)?);
+
+        // Leader election.
+        let (state_tx, mut state_rx) = watch::channel(LeaderState::Following);
+        let (elector_tx, elector_stop) = Stop::new();
+        let elector = self.leader.clone().map(|le| {
+            tokio::spawn(Elector::new(le, self.client.clone()).run(
+                self.metrics.clone(),
+                state_tx,
+                elector_stop,
+            ))
+        });
+        let mut result = Ok(());
+        let mut started = false;
+        let leading = async {
+            if elector.is_some() {
+                let _ = state_rx.wait_for(|s| *s == LeaderState::Leading).await;
+            }
+        };
+        tokio::select! {
+            () = leading => started = true,
+            () = &mut requested => {}
+        }
+
+        let (ctrl_tx, ctrl_stop) = Stop::new();
+        let mut handles = Vec::new();
+        if started {
+            for (name, start) in lock(&self.controllers).drain(..) {
+                tracing::debug!(controller = %name, "starting");
+                handles.push(tokio::spawn(start(ctrl_stop.clone())));
+            }
+            let lost = async {
+                if elector.is_some() {
+                    let _ = state_rx.wait_for(|s| *s == LeaderState::Lost).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                () = &mut requested => tracing::info!("shutdown requested; stopping controllers"),
+                () = lost => {
+                    if let Some(le) = &self.leader {
+                        result = Err(Error::LeaderElectionLost {
+                            namespace: le.namespace.clone(),
+                            name: le.name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+
+        // Graceful, bounded: no new work, finish what is in flight.
+        let _ = ctrl_tx.send(true);
+        let aborts: Vec<_> = handles.iter().map(|h| h.abort_handle()).collect();
+        if tokio::time::timeout(self.grace, join_all(handles)).await.is_err() {
+            tracing::warn!(grace = ?self.grace, "reconciles still running after the grace period; aborting them");
+            for a in aborts {
+                a.abort();
+            }
+        }
+        // Then the Lease (released now if configured), then caches and the
+        // admin server.
+        let _ = elector_tx.send(true);
+        if let Some(e) = elector {
+            let _ = e.await;
+        }
+        let _ = bg_tx.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), join_all(background)).await;
+        result
+    }
+}
+
+/// Resolves when a shutdown is requested through the handle or (if
+/// `signals`) by SIGTERM or SIGINT.
+fn shutdown_requested(
+    mut handle: watch::Receiver<bool>,
+    signals: bool,
+) -> Result<impl std::future::Future<Output = ()>, Error> {
+    #[cfg(unix)]
+    let mut term = if signals {
+        Some(
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .map_err(Error::Signal)?,
+        )
+    } else {
+        None
+    };
+    Ok(async move {
+        let by_handle = async {
+            let _ = handle.wait_for(|s| *s).await;
+        };
+        let by_signal = async {
+            if !signals {
+                return std::future::pending::<()>().await;
+            }
+            #[cfg(unix)]
+            let sigterm = async {
+                match term.as_mut() {
+                    Some(t) => {
+                        t.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            #[cfg(not(unix))]
+            let sigterm = std::future::pending::<()>();
+            let sigint = async {
+                if tokio::signal::ctrl_c().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                () = sigint => tracing::info!("SIGINT received"),
+                () = sigterm => tracing::info!("SIGTERM received"),
+            }
+        };
+        tokio::select! {
+            () = by_handle => {}
+            () = by_signal => {}
+        }
+    })
+}
