@@ -2,6 +2,8 @@
 //! at each time `spec.cronSpec` names, with CronJob's concurrency policies,
 //! missed-schedule handling and history limits.
 
+pub mod controller;
+pub mod jobs;
 pub mod schedule;
 pub mod types;
 

@@ -229,7 +229,7 @@ pub fn conditions(
 ) -> [DesiredCondition; 3] {
     let Some(d) = deployment else {
         let degraded = match failure {
-            Some(e) => cond(DEGRADED, "True", "DeploymentCreateFailed", e.to_string()),
+            Some(e) => cond(DEGRADED, "True", "DeploymentFailed", e.to_string()),
             None => cond(DEGRADED, "False", "AsExpected", "no failures".into()),
         };
         return [
@@ -458,7 +458,7 @@ mod tests {
         assert_eq!((p.status, p.reason), ("True", "CreatingDeployment"));
         assert_eq!((d.status, d.reason), ("False", "AsExpected"));
         let [_, _, d] = conditions(3, None, Some("forbidden"));
-        assert_eq!((d.status, d.reason), ("True", "DeploymentCreateFailed"));
+        assert_eq!((d.status, d.reason), ("True", "DeploymentFailed"));
         assert_eq!(d.message, "forbidden");
     }
 
