@@ -1,0 +1,483 @@
+//! Every extension point of the Scheduling Framework, declared in one place
+//! (read it like kube-scheduler's `framework/interface.go`).
+//!
+//! A plugin is a type implementing [`Plugin`] plus one trait per extension
+//! point it takes part in; its `Plugin` impl returns itself from the matching
+//! `as_*` accessor, which is how the framework finds the points a plugin
+//! implements (Go does it with type assertions).
+//!
+//! One pod goes through a **scheduling cycle** at a time:
+//!
+//! ```text
+//! PreEnqueue (queue entry) → QueueSort (queue order)
+//! PreFilter → Filter (per node) → [PostFilter when no node fits]
+//!   → PreScore → Score (per node) → NormalizeScore → Reserve → Permit
+//! ```
+//!
+//! and then, asynchronously, a **binding cycle**: wait on Permit → PreBind →
+//! Bind → PostBind. A failure after Reserve runs Unreserve in reverse order.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use super::snapshot::Snapshot;
+use super::types::{NodeInfo, PodInfo};
+use super::runtime::Framework;
+
+/// The outcome class of a plugin call (kube-scheduler's `framework.Code`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Code {
+    /// The plugin ran and the pod may go on.
+    Success,
+    /// An internal error: the pod is retried with backoff.
+    Error,
+    /// The pod does not fit now; preemption may help.
+    Unschedulable,
+    /// The pod does not fit and preemption on this node would not help.
+    UnschedulableAndUnresolvable,
+    /// Permit: wait for approval.
+    Wait,
+    /// The plugin has nothing to do for this pod (PreFilter/PreScore/Bind).
+    Skip,
+    /// PreEnqueue: the pod stays out of the active queue (gated).
+    Pending,
+}
+
+/// A plugin's verdict: a code, reasons for people, and the plugin that gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The outcome.
+    pub code: Code,
+    /// Human-readable reasons ("Insufficient cpu", …).
+    pub reasons: Vec<String>,
+    /// The plugin that returned it (filled in by the framework).
+    pub plugin: String,
+}
+
+impl Status {
+    /// Success.
+    pub fn success() -> Status {
+        Status {
+            code: Code::Success,
+            reasons: Vec::new(),
+            plugin: String::new(),
+        }
+    }
+
+    /// A status with a code and one reason.
+    pub fn new(code: Code, reason: impl Into<String>) -> Status {
+        Status {
+            code,
+            reasons: vec![reason.into()],
+            plugin: String::new(),
+        }
+    }
+
+    /// Unschedulable with a reason.
+    pub fn unschedulable(reason: impl Into<String>) -> Status {
+        Status::new(Code::Unschedulable, reason)
+    }
+
+    /// UnschedulableAndUnresolvable with a reason.
+    pub fn unresolvable(reason: impl Into<String>) -> Status {
+        Status::new(Code::UnschedulableAndUnresolvable, reason)
+    }
+
+    /// An internal error.
+    pub fn error(reason: impl Into<String>) -> Status {
+        Status::new(Code::Error, reason)
+    }
+
+    /// Skip.
+    pub fn skip() -> Status {
+        Status {
+            code: Code::Skip,
+            reasons: Vec::new(),
+            plugin: String::new(),
+        }
+    }
+
+    /// Whether the code is Success.
+    pub fn is_success(&self) -> bool {
+        self.code == Code::Success
+    }
+
+    /// Whether the code is Unschedulable or UnschedulableAndUnresolvable.
+    pub fn is_rejected(&self) -> bool {
+        matches!(
+            self.code,
+            Code::Unschedulable | Code::UnschedulableAndUnresolvable
+        )
+    }
+
+    /// The reasons joined with ", ".
+    pub fn message(&self) -> String {
+        self.reasons.join(", ")
+    }
+
+    pub(crate) fn with_plugin(mut self, name: &str) -> Status {
+        if self.plugin.is_empty() {
+            self.plugin = name.to_string();
+        }
+        self
+    }
+}
+
+/// Data a plugin keeps for one scheduling cycle (kube-scheduler's
+/// `StateData`): must be cloneable, because preemption runs filters on copies.
+pub trait StateData: Any + Send + Sync {
+    /// A copy of the data.
+    fn clone_data(&self) -> Box<dyn StateData>;
+    /// Upcast for downcasting.
+    fn as_any(&self) -> &dyn Any;
+    /// Upcast for downcasting, mutably.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: Any + Clone + Send + Sync> StateData for T {
+    fn clone_data(&self) -> Box<dyn StateData> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// Per-cycle storage shared by the plugins (PreFilter writes what Filter reads).
+#[derive(Default)]
+pub struct CycleState {
+    data: HashMap<&'static str, Box<dyn StateData>>,
+    /// Plugins whose PreFilter returned Skip: their Filter is not called.
+    pub(crate) skip_filter: Vec<String>,
+    /// Plugins whose PreScore returned Skip: their Score is not called.
+    pub(crate) skip_score: Vec<String>,
+}
+
+impl Clone for CycleState {
+    fn clone(&self) -> Self {
+        CycleState {
+            data: self
+                .data
+                .iter()
+                .map(|(k, v)| (*k, (**v).clone_data()))
+                .collect(),
+            skip_filter: self.skip_filter.clone(),
+            skip_score: self.skip_score.clone(),
+        }
+    }
+}
+
+impl CycleState {
+    /// Store data under a key (by convention the plugin's name).
+    pub fn write<T: StateData>(&mut self, key: &'static str, value: T) {
+        self.data.insert(key, Box::new(value));
+    }
+
+    /// Read data written earlier in the cycle.
+    pub fn read<T: 'static>(&self, key: &str) -> Option<&T> {
+        self.data.get(key).and_then(|d| (**d).as_any().downcast_ref())
+    }
+
+    /// Read data mutably (PreFilter extensions update it during preemption).
+    pub fn read_mut<T: 'static>(&mut self, key: &str) -> Option<&mut T> {
+        self.data
+            .get_mut(key)
+            .and_then(|d| (**d).as_any_mut().downcast_mut())
+    }
+}
+
+/// A cluster event that may make an unschedulable pod schedulable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClusterEvent {
+    /// A node was added.
+    NodeAdd,
+    /// A node's labels, taints, allocatable or schedulability changed.
+    NodeUpdate,
+    /// A pod was deleted (frees resources, ports, breaks anti-affinity).
+    PodDelete,
+    /// A pod was added or changed (affinity and spread count pods).
+    PodAdd,
+    /// Something a plugin watches on its own (PodGroups, …).
+    Other,
+}
+
+/// The base of every plugin: a name, and which extension points it implements.
+pub trait Plugin: Send + Sync + 'static {
+    /// The name the plugin registers under.
+    fn name(&self) -> &str;
+    /// Cluster events after which a pod this plugin rejected is retried
+    /// (kube-scheduler's `EnqueueExtensions`). Default: every event.
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::NodeAdd,
+            ClusterEvent::NodeUpdate,
+            ClusterEvent::PodDelete,
+            ClusterEvent::PodAdd,
+            ClusterEvent::Other,
+        ]
+    }
+    /// This plugin as a PreEnqueue plugin.
+    fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        None
+    }
+    /// This plugin as a QueueSort plugin.
+    fn as_queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
+        None
+    }
+    /// This plugin as a PreFilter plugin.
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        None
+    }
+    /// This plugin as a Filter plugin.
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        None
+    }
+    /// This plugin as a PostFilter plugin.
+    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        None
+    }
+    /// This plugin as a PreScore plugin.
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        None
+    }
+    /// This plugin as a Score plugin.
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        None
+    }
+    /// This plugin as a Reserve plugin.
+    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+        None
+    }
+    /// This plugin as a Permit plugin.
+    fn as_permit(&self) -> Option<&dyn PermitPlugin> {
+        None
+    }
+    /// This plugin as a PreBind plugin.
+    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        None
+    }
+    /// This plugin as a Bind plugin.
+    fn as_bind(&self) -> Option<&dyn BindPlugin> {
+        None
+    }
+    /// This plugin as a PostBind plugin.
+    fn as_post_bind(&self) -> Option<&dyn PostBindPlugin> {
+        None
+    }
+}
+
+/// **PreEnqueue**: runs before a pod enters the active queue. Every plugin
+/// must return Success, otherwise the pod waits among the gated pods (no
+/// Unschedulable condition) until an update of the pod lets it through.
+pub trait PreEnqueuePlugin: Plugin {
+    /// Success to admit the pod; anything else keeps it gated.
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status;
+}
+
+/// **QueueSort**: orders the active queue. Exactly one per scheduler, shared
+/// by all profiles.
+pub trait QueueSortPlugin: Plugin {
+    /// Whether `a` is popped before `b`.
+    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool;
+}
+
+/// What a PreFilter may say about the nodes worth filtering.
+#[derive(Debug, Clone, Default)]
+pub struct PreFilterResult {
+    /// `Some(names)`: only these nodes can fit (e.g. `spec.nodeName`).
+    pub node_names: Option<Vec<String>>,
+}
+
+/// **PreFilter**: runs once per cycle before Filter, to precompute what
+/// Filter needs (into the [`CycleState`]) or reject the pod outright. A
+/// non-success status aborts the cycle; Skip turns this plugin's Filter off.
+pub trait PreFilterPlugin: Plugin {
+    /// Precompute or reject.
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status);
+
+    /// Incremental updates of the precomputed state when preemption adds or
+    /// removes pods from a node during its dry runs (`None`: not needed).
+    fn extensions(&self) -> Option<&dyn PreFilterExtensions> {
+        None
+    }
+}
+
+/// AddPod/RemovePod: keep a PreFilter's cycle state right while preemption
+/// tries removing victims.
+pub trait PreFilterExtensions: Send + Sync {
+    /// `pod_to_add` is now considered on `node`.
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        pod_to_add: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status;
+    /// `pod_to_remove` is no longer considered on `node`.
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        pod_to_remove: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status;
+}
+
+/// **Filter**: can the pod run on this node? Called per node (in parallel
+/// across nodes, so it only reads); the framework stops at the first plugin
+/// that rejects a node.
+pub trait FilterPlugin: Plugin {
+    /// Success when the pod fits the node.
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+}
+
+/// Why each node was rejected, by node name.
+pub type NodeToStatus = HashMap<String, Status>;
+
+/// What a PostFilter achieved.
+#[derive(Debug, Clone, Default)]
+pub struct PostFilterResult {
+    /// The node the pod was nominated to (preemption).
+    pub nominated_node_name: Option<String>,
+}
+
+/// Everything a PostFilter may use: the framework (to re-run filters in
+/// dry runs) and the cycle's snapshot.
+pub struct PostFilterContext<'a> {
+    /// The profile's framework.
+    pub framework: &'a Framework,
+    /// The nodes as of this cycle.
+    pub snapshot: &'a Snapshot,
+    /// Pods nominated to nodes by earlier preemptions: (node, pod).
+    pub nominated: &'a [(String, Arc<PodInfo>)],
+}
+
+/// **PostFilter**: runs only when no node passed Filter (DefaultPreemption
+/// makes room here). Stops at the first plugin that returns Success.
+pub trait PostFilterPlugin: Plugin {
+    /// Try to make the pod schedulable.
+    fn post_filter(
+        &self,
+        ctx: &PostFilterContext<'_>,
+        state: &CycleState,
+        pod: &PodInfo,
+        statuses: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status);
+}
+
+/// **PreScore**: runs once with the feasible nodes, to precompute what Score
+/// needs. Skip turns this plugin's Score off for the cycle.
+pub trait PreScorePlugin: Plugin {
+    /// Precompute.
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        snapshot: &Snapshot,
+    ) -> Status;
+}
+
+/// The highest score a Score plugin may give after normalization.
+pub const MAX_NODE_SCORE: i64 = 100;
+
+/// A node's score.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeScore {
+    /// Node name.
+    pub name: String,
+    /// Score.
+    pub score: i64,
+}
+
+/// **Score**: ranks feasible nodes. Scores are normalized to 0..=100 (by
+/// [`ScorePlugin::normalize`] when provided), then multiplied by the
+/// plugin's weight and summed.
+pub trait ScorePlugin: Plugin {
+    /// Score one node.
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (i64, Status);
+    /// Bring all scores into 0..=100 (the NormalizeScore extension). Default:
+    /// scores are already in range.
+    fn normalize(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [NodeScore]) -> Status {
+        Status::success()
+    }
+}
+
+/// **Reserve / Unreserve**: a plugin keeping its own state about pods on
+/// nodes is told the pod was assumed on a node (Reserve) and, when a later
+/// step fails, that it was not (Unreserve, in reverse plugin order).
+pub trait ReservePlugin: Plugin {
+    /// The pod is assumed on `node`. A failure aborts the cycle.
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
+    /// Undo `reserve`. Must be idempotent and cannot fail.
+    fn unreserve(&self, state: &CycleState, pod: &PodInfo, node: &str);
+}
+
+/// **Permit**: the last say before binding — Success (approve), Unschedulable
+/// (deny) or Wait with a timeout (capped at 15 minutes); a waiting pod is
+/// allowed or rejected later through [`super::WaitingPods`].
+pub trait PermitPlugin: Plugin {
+    /// Approve, deny or wait.
+    fn permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> (Status, Duration);
+}
+
+/// **PreBind**: work before the binding write (e.g. provisioning volumes).
+/// A failure unreserves and requeues the pod.
+pub trait PreBindPlugin: Plugin {
+    /// Prepare the binding.
+    fn pre_bind(
+        &self,
+        state: Arc<CycleState>,
+        pod: Arc<PodInfo>,
+        node: String,
+    ) -> BoxFuture<'static, Status>;
+}
+
+/// **Bind**: write the binding. Plugins are tried in order; the first that
+/// does not return Skip handles it (DefaultBinder posts `pods/binding`).
+pub trait BindPlugin: Plugin {
+    /// Bind the pod to the node.
+    fn bind(
+        &self,
+        state: Arc<CycleState>,
+        pod: Arc<PodInfo>,
+        node: String,
+    ) -> BoxFuture<'static, Status>;
+}
+
+/// **PostBind**: informational, after a successful bind (cleanup).
+pub trait PostBindPlugin: Plugin {
+    /// The pod was bound.
+    fn post_bind(&self, pod: &PodInfo, node: &str);
+}
+
+/// A pod in the scheduling queue with its bookkeeping.
+#[derive(Debug, Clone)]
+pub struct QueuedPodInfo {
+    /// The pod.
+    pub pod: Arc<PodInfo>,
+    /// When the pod first entered the queue (FIFO tie-break).
+    pub timestamp: std::time::Instant,
+    /// Scheduling attempts so far.
+    pub attempts: u32,
+    /// When the first attempt started.
+    pub initial_attempt: Option<std::time::Instant>,
+    /// Plugins that rejected the pod in its last attempt.
+    pub unschedulable_plugins: Vec<String>,
+    /// Sequence number of arrival (strict FIFO among equal timestamps).
+    pub seq: u64,
+    /// The scheduling cycle of the last pop (to notice events during it).
+    pub scheduling_cycle: u64,
+}

@@ -1,0 +1,889 @@
+//! The [`Framework`]: one profile's plugins per extension point, built from
+//! the configuration and the registry, and the code that runs each point in
+//! kube-scheduler's order (filter with the adaptive node sampling, scoring
+//! with weights and normalization, Permit waits, the binding cycle).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::interface::*;
+use super::registry::{Handle, Registry};
+use super::snapshot::Snapshot;
+use super::types::{NodeInfo, PodInfo};
+use crate::config::{self, ConfigError, Profile};
+use crate::extender::Extender;
+
+/// The longest a pod may wait at Permit.
+pub const MAX_PERMIT_WAIT: Duration = Duration::from_secs(15 * 60);
+
+/// The minimum number of feasible nodes to find before scoring.
+pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+/// The minimum adaptive percentage.
+pub const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
+
+/// How many feasible nodes to look for among `n` (kube-scheduler's
+/// `numFeasibleNodesToFind`): all below 100 nodes; otherwise
+/// `max(100, n·pct/100)` with `pct = max(5, 50 − n/125)` when adaptive (0).
+pub fn num_feasible_nodes_to_find(percentage: i32, n: usize) -> usize {
+    if n < MIN_FEASIBLE_NODES_TO_FIND || percentage >= 100 {
+        return n;
+    }
+    let pct = if percentage <= 0 {
+        (50usize.saturating_sub(n / 125)).max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    } else {
+        percentage as usize
+    };
+    (n * pct / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
+struct Entry {
+    name: String,
+    plugin: Arc<dyn Plugin>,
+    weight: i64,
+}
+
+/// Plugins of one profile, ordered per extension point.
+pub struct Framework {
+    profile_name: String,
+    percentage_of_nodes_to_score: i32,
+    plugins: HashMap<String, Arc<dyn Plugin>>,
+    pre_enqueue: Vec<Entry>,
+    queue_sort: Vec<Entry>,
+    pre_filter: Vec<Entry>,
+    filter: Vec<Entry>,
+    post_filter: Vec<Entry>,
+    pre_score: Vec<Entry>,
+    score: Vec<Entry>,
+    reserve: Vec<Entry>,
+    permit: Vec<Entry>,
+    pre_bind: Vec<Entry>,
+    bind: Vec<Entry>,
+    post_bind: Vec<Entry>,
+    extenders: Vec<Arc<Extender>>,
+    handle: Handle,
+    next_start: AtomicUsize,
+    rng: AtomicU64,
+}
+
+/// The outcome of Permit.
+pub enum PermitOutcome {
+    /// Go on to binding.
+    Allowed,
+    /// Denied: unreserve and requeue.
+    Rejected(Status),
+    /// Wait for the plugins that said Wait (or the timeout).
+    Wait(tokio::sync::oneshot::Receiver<Status>, Duration),
+}
+
+/// No node fits: why, per node.
+#[derive(Debug, Clone)]
+pub struct FitError {
+    /// Nodes considered.
+    pub num_all_nodes: usize,
+    /// Why each node was rejected.
+    pub statuses: NodeToStatus,
+    /// A reason that applies to every node (PreFilter rejection).
+    pub pre_filter_status: Option<Status>,
+    /// What PostFilter (preemption) said.
+    pub post_filter_message: Option<String>,
+}
+
+impl FitError {
+    /// kube-scheduler's message: "0/5 nodes are available: 3 Insufficient
+    /// cpu, 2 node(s) had untolerated taint {k: v}." — reasons counted over
+    /// nodes and sorted, then PostFilter's message.
+    pub fn message(&self) -> String {
+        let mut msg = if let Some(s) = &self.pre_filter_status {
+            format!(
+                "0/{} nodes are available: {}.",
+                self.num_all_nodes,
+                s.message()
+            )
+        } else {
+            histogram_message(self.num_all_nodes, &self.statuses)
+        };
+        if let Some(pf) = &self.post_filter_message {
+            msg.push(' ');
+            msg.push_str(pf);
+        }
+        msg
+    }
+
+    /// Plugins that rejected the pod on some node.
+    pub fn unschedulable_plugins(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .statuses
+            .values()
+            .chain(self.pre_filter_status.iter())
+            .map(|s| s.plugin.clone())
+            .filter(|p| !p.is_empty())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+}
+
+/// "0/N nodes are available: <count> <reason>, …." with the reasons sorted.
+pub fn histogram_message(n: usize, statuses: &NodeToStatus) -> String {
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for s in statuses.values() {
+        for r in &s.reasons {
+            *counts.entry(r.as_str()).or_default() += 1;
+        }
+    }
+    let mut reasons: Vec<String> = counts
+        .into_iter()
+        .map(|(r, c)| format!("{c} {r}"))
+        .collect();
+    reasons.sort();
+    format!("0/{n} nodes are available: {}.", reasons.join(", "))
+}
+
+impl Framework {
+    /// Build a profile's framework: instantiate its plugins from the registry
+    /// with their args and resolve each extension point's list.
+    pub fn new(
+        profile_index: usize,
+        profile: &Profile,
+        global_percentage: i32,
+        registry: &Registry,
+        handle: Handle,
+        extenders: Vec<Arc<Extender>>,
+    ) -> Result<Framework, ConfigError> {
+        let invalid = |field: String, message: String| ConfigError::Invalid { field, message };
+        let mut args: HashMap<&str, &serde_json::Value> = HashMap::new();
+        for (j, pc) in profile.plugin_config.iter().enumerate() {
+            if registry.get(&pc.name).is_none() {
+                return Err(invalid(
+                    format!("profiles[{profile_index}].pluginConfig[{j}].name"),
+                    format!("{:?}: plugin not registered", pc.name),
+                ));
+            }
+            args.insert(pc.name.as_str(), &pc.args);
+        }
+        // Every plugin the profile could use: defaults kept by multiPoint and
+        // every explicitly enabled one.
+        let mut wanted: Vec<(String, String)> = Vec::new();
+        for (name, _) in config::DEFAULT_PLUGINS {
+            if !profile
+                .plugins
+                .multi_point
+                .disabled
+                .iter()
+                .any(|d| d.name == "*" || d.name == *name)
+            {
+                wanted.push((name.to_string(), "default plugins".into()));
+            }
+        }
+        for (point, set) in profile.plugins.points() {
+            for (j, r) in set.enabled.iter().enumerate() {
+                if !wanted.iter().any(|w| w.0 == r.name) {
+                    wanted.push((
+                        r.name.clone(),
+                        format!("profiles[{profile_index}].plugins.{point}.enabled[{j}].name"),
+                    ));
+                }
+            }
+        }
+        let mut plugins: HashMap<String, Arc<dyn Plugin>> = HashMap::new();
+        for (name, field) in &wanted {
+            let Some(factory) = registry.get(name) else {
+                return Err(invalid(field.clone(), format!("{name:?}: plugin not registered")));
+            };
+            let plugin = factory(args.get(name.as_str()).copied(), &handle).map_err(|e| {
+                let j = profile
+                    .plugin_config
+                    .iter()
+                    .position(|p| &p.name == name)
+                    .unwrap_or(0);
+                invalid(
+                    format!("profiles[{profile_index}].pluginConfig[{j}].args"),
+                    format!("plugin {name}: {e}"),
+                )
+            })?;
+            plugins.insert(name.clone(), plugin);
+        }
+        type Check = fn(&dyn Plugin) -> bool;
+        let p = &profile.plugins;
+        let points: [(&str, &config::PluginSet, Check); 12] = [
+            ("preEnqueue", &p.pre_enqueue, |x| x.as_pre_enqueue().is_some()),
+            ("queueSort", &p.queue_sort, |x| x.as_queue_sort().is_some()),
+            ("preFilter", &p.pre_filter, |x| x.as_pre_filter().is_some()),
+            ("filter", &p.filter, |x| x.as_filter().is_some()),
+            ("postFilter", &p.post_filter, |x| x.as_post_filter().is_some()),
+            ("preScore", &p.pre_score, |x| x.as_pre_score().is_some()),
+            ("score", &p.score, |x| x.as_score().is_some()),
+            ("reserve", &p.reserve, |x| x.as_reserve().is_some()),
+            ("permit", &p.permit, |x| x.as_permit().is_some()),
+            ("preBind", &p.pre_bind, |x| x.as_pre_bind().is_some()),
+            ("bind", &p.bind, |x| x.as_bind().is_some()),
+            ("postBind", &p.post_bind, |x| x.as_post_bind().is_some()),
+        ];
+        let mut lists: Vec<Vec<Entry>> = Vec::new();
+        for (point, set, check) in points {
+            let implements = |n: &str| plugins.get(n).is_some_and(|pl| check(pl.as_ref()));
+            let resolved = config::resolve_point(profile_index, p, point, set, &implements);
+            let mut list = Vec::new();
+            for (name, weight, field) in resolved {
+                let Some(plugin) = plugins.get(&name) else {
+                    return Err(invalid(format!("{field}.name"), format!("{name:?}: plugin not registered")));
+                };
+                if !check(plugin.as_ref()) {
+                    return Err(invalid(
+                        format!("{field}.name"),
+                        format!("{name:?}: plugin does not extend the {point} extension point"),
+                    ));
+                }
+                list.push(Entry {
+                    name,
+                    plugin: plugin.clone(),
+                    weight,
+                });
+            }
+            lists.push(list);
+        }
+        let mut it = lists.into_iter();
+        let mut next = || it.next().unwrap_or_default();
+        let fw = Framework {
+            profile_name: profile
+                .scheduler_name
+                .clone()
+                .unwrap_or_else(|| config::DEFAULT_SCHEDULER_NAME.into()),
+            percentage_of_nodes_to_score: profile
+                .percentage_of_nodes_to_score
+                .unwrap_or(global_percentage),
+            plugins,
+            pre_enqueue: next(),
+            queue_sort: next(),
+            pre_filter: next(),
+            filter: next(),
+            post_filter: next(),
+            pre_score: next(),
+            score: next(),
+            reserve: next(),
+            permit: next(),
+            pre_bind: next(),
+            bind: next(),
+            post_bind: next(),
+            extenders,
+            handle,
+            next_start: AtomicUsize::new(0),
+            rng: AtomicU64::new(0x9E37_79B9_7F4A_7C15),
+        };
+        if fw.queue_sort.len() != 1 {
+            return Err(invalid(
+                format!("profiles[{profile_index}].plugins.queueSort"),
+                format!("{} plugins enabled: exactly one queue sort plugin is required", fw.queue_sort.len()),
+            ));
+        }
+        if fw.bind.is_empty() && !fw.extenders.iter().any(|e| e.is_binder()) {
+            return Err(invalid(
+                format!("profiles[{profile_index}].plugins.bind"),
+                "no bind plugin enabled: at least one is required".into(),
+            ));
+        }
+        Ok(fw)
+    }
+
+    /// The profile's `schedulerName`.
+    pub fn profile_name(&self) -> &str {
+        &self.profile_name
+    }
+
+    /// The handle plugins were built with.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// A plugin instance by name.
+    pub fn plugin(&self, name: &str) -> Option<&Arc<dyn Plugin>> {
+        self.plugins.get(name)
+    }
+
+    /// The names enabled at each point, for logs and tests:
+    /// `(point, [(name, weight)])`.
+    pub fn enabled(&self) -> Vec<(&'static str, Vec<(String, i64)>)> {
+        let f = |l: &Vec<Entry>| l.iter().map(|e| (e.name.clone(), e.weight)).collect();
+        vec![
+            ("preEnqueue", f(&self.pre_enqueue)),
+            ("queueSort", f(&self.queue_sort)),
+            ("preFilter", f(&self.pre_filter)),
+            ("filter", f(&self.filter)),
+            ("postFilter", f(&self.post_filter)),
+            ("preScore", f(&self.pre_score)),
+            ("score", f(&self.score)),
+            ("reserve", f(&self.reserve)),
+            ("permit", f(&self.permit)),
+            ("preBind", f(&self.pre_bind)),
+            ("bind", f(&self.bind)),
+            ("postBind", f(&self.post_bind)),
+        ]
+    }
+
+    /// The QueueSort plugin.
+    pub fn queue_sort(&self) -> Option<Arc<dyn Plugin>> {
+        self.queue_sort.first().map(|e| e.plugin.clone())
+    }
+
+    /// The events each plugin wants for requeueing, by plugin name.
+    pub fn events_by_plugin(&self) -> HashMap<String, Vec<ClusterEvent>> {
+        self.plugins
+            .iter()
+            .map(|(n, p)| (n.clone(), p.events_to_register()))
+            .collect()
+    }
+
+    /// PreEnqueue: all must succeed.
+    pub fn run_pre_enqueue(&self, pod: &PodInfo) -> Status {
+        for e in &self.pre_enqueue {
+            if let Some(p) = e.plugin.as_pre_enqueue() {
+                let s = p.pre_enqueue(pod);
+                if !s.is_success() {
+                    return s.with_plugin(&e.name);
+                }
+            }
+        }
+        Status::success()
+    }
+
+    /// PreFilter: returns the nodes to consider (`None`: all) or the status
+    /// that rejected the pod.
+    pub fn run_pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> Result<Option<Vec<String>>, Status> {
+        let mut allowed: Option<Vec<String>> = None;
+        for e in &self.pre_filter {
+            let Some(p) = e.plugin.as_pre_filter() else {
+                continue;
+            };
+            let (result, status) = p.pre_filter(state, pod, snapshot);
+            match status.code {
+                Code::Success => {}
+                Code::Skip => {
+                    state.skip_filter.push(e.name.clone());
+                    continue;
+                }
+                _ => return Err(status.with_plugin(&e.name)),
+            }
+            if let Some(names) = result.and_then(|r| r.node_names) {
+                allowed = Some(match allowed {
+                    None => names,
+                    Some(prev) => prev.into_iter().filter(|n| names.contains(n)).collect(),
+                });
+            }
+        }
+        Ok(allowed)
+    }
+
+    /// PreFilter AddPod extensions (preemption dry runs).
+    pub fn run_pre_filter_add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        to_add: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        for e in &self.pre_filter {
+            if state.skip_filter.contains(&e.name) {
+                continue;
+            }
+            if let Some(x) = e.plugin.as_pre_filter().and_then(|p| p.extensions()) {
+                let s = x.add_pod(state, pod, to_add, node);
+                if !s.is_success() {
+                    return s.with_plugin(&e.name);
+                }
+            }
+        }
+        Status::success()
+    }
+
+    /// PreFilter RemovePod extensions (preemption dry runs).
+    pub fn run_pre_filter_remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        to_remove: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        for e in &self.pre_filter {
+            if state.skip_filter.contains(&e.name) {
+                continue;
+            }
+            if let Some(x) = e.plugin.as_pre_filter().and_then(|p| p.extensions()) {
+                let s = x.remove_pod(state, pod, to_remove, node);
+                if !s.is_success() {
+                    return s.with_plugin(&e.name);
+                }
+            }
+        }
+        Status::success()
+    }
+
+    /// Filter one node: stops at the first plugin that rejects it.
+    pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        for e in &self.filter {
+            if !state.skip_filter.is_empty() && state.skip_filter.contains(&e.name) {
+                continue;
+            }
+            if let Some(p) = e.plugin.as_filter() {
+                let s = p.filter(state, pod, node);
+                if !s.is_success() {
+                    return s.with_plugin(&e.name);
+                }
+            }
+        }
+        Status::success()
+    }
+
+    /// Filter with the pods nominated to this node (by earlier preemptions,
+    /// with at least this pod's priority) counted as if already there; the
+    /// node must pass both with and without them.
+    pub fn run_filter_with_nominated(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        nominated: &[(String, Arc<PodInfo>)],
+    ) -> Status {
+        let extra: Vec<&Arc<PodInfo>> = nominated
+            .iter()
+            .filter(|(n, p)| n == &node.name && p.uid != pod.uid && p.priority >= pod.priority)
+            .map(|(_, p)| p)
+            .collect();
+        if !extra.is_empty() {
+            let mut with = node.clone();
+            let mut st = state.clone();
+            for p in extra {
+                with.add_pod(p.clone());
+                let s = self.run_pre_filter_add_pod(&mut st, pod, p, &with);
+                if !s.is_success() {
+                    return s;
+                }
+            }
+            let s = self.run_filter(&st, pod, &with);
+            if !s.is_success() {
+                return s;
+            }
+        }
+        self.run_filter(state, pod, node)
+    }
+
+    /// Find feasible nodes: filter from a rotating start until enough are
+    /// found (the adaptive percentage), then ask the extenders.
+    pub fn find_nodes_that_fit<'a>(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &'a Snapshot,
+        allowed: Option<&[String]>,
+        nominated: &[(String, Arc<PodInfo>)],
+    ) -> Result<(Vec<&'a NodeInfo>, NodeToStatus), Status> {
+        let nodes = snapshot.nodes();
+        let n = nodes.len();
+        let mut statuses = NodeToStatus::new();
+        let mut feasible: Vec<&NodeInfo> = Vec::new();
+        if n == 0 {
+            return Ok((feasible, statuses));
+        }
+        if let Some(names) = allowed {
+            for name in names {
+                if let Some(node) = snapshot.get(name) {
+                    let s = self.run_filter_with_nominated(state, pod, node, nominated);
+                    if s.is_success() {
+                        feasible.push(node);
+                    } else if s.code == Code::Error {
+                        return Err(s);
+                    } else {
+                        statuses.insert(node.name.clone(), s);
+                    }
+                }
+            }
+            // Nodes the PreFilter ruled out count as unresolvable.
+            for node in nodes {
+                if !names.contains(&node.name) {
+                    statuses.insert(
+                        node.name.clone(),
+                        Status::unresolvable("node(s) didn't satisfy plugin(s) [PreFilter]"),
+                    );
+                }
+            }
+        } else {
+            let want = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, n);
+            let start = self.next_start.load(Ordering::Relaxed) % n;
+            let mut processed = 0;
+            let no_filters = self.filter.is_empty();
+            for i in 0..n {
+                let node = &nodes[(start + i) % n];
+                processed += 1;
+                if node.node.is_none() {
+                    continue;
+                }
+                let s = if no_filters {
+                    Status::success()
+                } else if nominated.is_empty() {
+                    self.run_filter(state, pod, node)
+                } else {
+                    self.run_filter_with_nominated(state, pod, node, nominated)
+                };
+                if s.is_success() {
+                    feasible.push(node);
+                    if feasible.len() >= want {
+                        break;
+                    }
+                } else if s.code == Code::Error {
+                    return Err(s);
+                } else {
+                    statuses.insert(node.name.clone(), s);
+                }
+            }
+            self.next_start
+                .store((start + processed) % n, Ordering::Relaxed);
+        }
+        if !feasible.is_empty() && !self.extenders.is_empty() {
+            feasible = self.run_extender_filters(pod, feasible, snapshot, &mut statuses)?;
+        }
+        Ok((feasible, statuses))
+    }
+
+    fn run_extender_filters<'a>(
+        &self,
+        pod: &PodInfo,
+        mut feasible: Vec<&'a NodeInfo>,
+        snapshot: &'a Snapshot,
+        statuses: &mut NodeToStatus,
+    ) -> Result<Vec<&'a NodeInfo>, Status> {
+        for ext in &self.extenders {
+            if !ext.has_filter() || !ext.is_interested(pod) || feasible.is_empty() {
+                continue;
+            }
+            match ext.filter(pod, &feasible) {
+                Ok(result) => {
+                    for (n, msg) in result.failed {
+                        statuses.insert(n, Status::unschedulable(msg).with_plugin("Extender"));
+                    }
+                    for (n, msg) in result.failed_unresolvable {
+                        statuses.insert(n, Status::unresolvable(msg).with_plugin("Extender"));
+                    }
+                    feasible = result
+                        .node_names
+                        .iter()
+                        .filter_map(|n| snapshot.get(n))
+                        .collect();
+                }
+                Err(e) if ext.is_ignorable() => {
+                    tracing::warn!(extender = %ext.name(), error = %e, "skipping ignorable extender");
+                }
+                Err(e) => {
+                    return Err(Status::error(format!("extender {}: {e}", ext.name())));
+                }
+            }
+        }
+        Ok(feasible)
+    }
+
+    /// PostFilter: stops at the first Success.
+    pub fn run_post_filter(
+        &self,
+        ctx: &PostFilterContext<'_>,
+        state: &CycleState,
+        pod: &PodInfo,
+        statuses: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status) {
+        let mut messages = Vec::new();
+        for e in &self.post_filter {
+            let Some(p) = e.plugin.as_post_filter() else {
+                continue;
+            };
+            let (r, s) = p.post_filter(ctx, state, pod, statuses);
+            if s.is_success() {
+                return (r, s);
+            }
+            if s.code == Code::Error {
+                return (None, s.with_plugin(&e.name));
+            }
+            messages.extend(s.reasons);
+        }
+        (
+            None,
+            Status {
+                code: Code::Unschedulable,
+                reasons: messages,
+                plugin: String::new(),
+            },
+        )
+    }
+
+    /// Whether any PostFilter plugin is enabled.
+    pub fn has_post_filter(&self) -> bool {
+        !self.post_filter.is_empty()
+    }
+
+    /// PreScore then Score, NormalizeScore and the weighted sum, plus the
+    /// extenders' prioritize scores × weight × 10.
+    pub fn run_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        snapshot: &Snapshot,
+    ) -> Result<Vec<NodeScore>, Status> {
+        for e in &self.pre_score {
+            let Some(p) = e.plugin.as_pre_score() else {
+                continue;
+            };
+            let s = p.pre_score(state, pod, nodes, snapshot);
+            match s.code {
+                Code::Success => {}
+                Code::Skip => state.skip_score.push(e.name.clone()),
+                _ => return Err(s.with_plugin(&e.name)),
+            }
+        }
+        let mut totals: Vec<NodeScore> = nodes
+            .iter()
+            .map(|n| NodeScore {
+                name: n.name.clone(),
+                score: 0,
+            })
+            .collect();
+        let mut scores: Vec<NodeScore> = totals.clone();
+        for e in &self.score {
+            if state.skip_score.contains(&e.name) {
+                continue;
+            }
+            let Some(p) = e.plugin.as_score() else {
+                continue;
+            };
+            for (i, n) in nodes.iter().enumerate() {
+                let (score, s) = p.score(state, pod, n);
+                if !s.is_success() {
+                    return Err(s.with_plugin(&e.name));
+                }
+                scores[i].score = score;
+            }
+            let s = p.normalize(state, pod, &mut scores);
+            if !s.is_success() {
+                return Err(s.with_plugin(&e.name));
+            }
+            for (t, s) in totals.iter_mut().zip(&scores) {
+                if !(0..=MAX_NODE_SCORE).contains(&s.score) {
+                    return Err(Status::error(format!(
+                        "plugin {} returns an invalid score {}, it should in the range of [0, 100] after normalizing",
+                        e.name, s.score
+                    ))
+                    .with_plugin(&e.name));
+                }
+                t.score += s.score * e.weight;
+            }
+        }
+        for ext in &self.extenders {
+            if !ext.has_prioritize() || !ext.is_interested(pod) {
+                continue;
+            }
+            // Prioritize errors are ignored, as kube-scheduler does.
+            if let Ok(list) = ext.prioritize(pod, nodes) {
+                for hp in list {
+                    if let Some(t) = totals.iter_mut().find(|t| t.name == hp.host) {
+                        t.score += hp.score * ext.weight() * (MAX_NODE_SCORE / 10);
+                    }
+                }
+            }
+        }
+        Ok(totals)
+    }
+
+    fn next_random(&self) -> u64 {
+        // xorshift64*: cheap and good enough for tie-breaking.
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.store(x, Ordering::Relaxed);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// The highest-scoring node, ties broken at random (reservoir sampling).
+    pub fn select_host(&self, scores: &[NodeScore]) -> Option<String> {
+        let mut best: Option<&NodeScore> = None;
+        let mut ties = 0u64;
+        for s in scores {
+            match best {
+                None => {
+                    best = Some(s);
+                    ties = 1;
+                }
+                Some(b) if s.score > b.score => {
+                    best = Some(s);
+                    ties = 1;
+                }
+                Some(b) if s.score == b.score => {
+                    ties += 1;
+                    if self.next_random() % ties == 0 {
+                        best = Some(s);
+                    }
+                }
+                _ => {}
+            }
+        }
+        best.map(|b| b.name.clone())
+    }
+
+    /// Reserve in order; on failure the caller runs Unreserve.
+    pub fn run_reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        for e in &self.reserve {
+            if let Some(p) = e.plugin.as_reserve() {
+                let s = p.reserve(state, pod, node);
+                if !s.is_success() {
+                    return s.with_plugin(&e.name);
+                }
+            }
+        }
+        Status::success()
+    }
+
+    /// Unreserve in reverse order.
+    pub fn run_unreserve(&self, state: &CycleState, pod: &PodInfo, node: &str) {
+        for e in self.reserve.iter().rev() {
+            if let Some(p) = e.plugin.as_reserve() {
+                p.unreserve(state, pod, node);
+            }
+        }
+    }
+
+    /// Permit: approve, deny, or register the pod as waiting.
+    pub fn run_permit(
+        &self,
+        state: &mut CycleState,
+        pod: &Arc<PodInfo>,
+        node: &str,
+    ) -> PermitOutcome {
+        let mut waiting = Vec::new();
+        let mut timeout = MAX_PERMIT_WAIT;
+        for e in &self.permit {
+            let Some(p) = e.plugin.as_permit() else {
+                continue;
+            };
+            let (s, t) = p.permit(state, pod, node);
+            match s.code {
+                Code::Success | Code::Skip => {}
+                Code::Wait => {
+                    waiting.push(e.name.clone());
+                    timeout = timeout.min(t);
+                }
+                _ => return PermitOutcome::Rejected(s.with_plugin(&e.name)),
+            }
+        }
+        if waiting.is_empty() {
+            return PermitOutcome::Allowed;
+        }
+        let rx = self.handle.waiting_pods.add(pod.clone(), node, waiting);
+        PermitOutcome::Wait(rx, timeout)
+    }
+
+    /// The binding cycle: wait on Permit, PreBind, Bind (extender binder
+    /// first, then plugins until one does not Skip), PostBind.
+    pub async fn run_binding_cycle(
+        self: Arc<Self>,
+        state: Arc<CycleState>,
+        pod: Arc<PodInfo>,
+        node: String,
+        wait: Option<(tokio::sync::oneshot::Receiver<Status>, Duration)>,
+    ) -> Status {
+        if let Some((rx, timeout)) = wait {
+            let s = match tokio::time::timeout(timeout, rx).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(_)) => Status::unschedulable("waiting pod was dropped"),
+                Err(_) => Status::unschedulable(format!(
+                    "rejected due to timeout after waiting {}s at plugin(s) Permit",
+                    timeout.as_secs()
+                )),
+            };
+            self.handle.waiting_pods.remove(&pod.uid);
+            if !s.is_success() {
+                return s;
+            }
+        }
+        for e in &self.pre_bind {
+            if let Some(p) = e.plugin.as_pre_bind() {
+                let s = p.pre_bind(state.clone(), pod.clone(), node.clone()).await;
+                if !s.is_success() && s.code != Code::Skip {
+                    return s.with_plugin(&e.name);
+                }
+            }
+        }
+        let mut bound = false;
+        for ext in &self.extenders {
+            if ext.is_binder() && ext.is_interested(&pod) {
+                if let Err(e) = ext.bind(&pod, &node).await {
+                    return Status::error(format!("extender {} bind: {e}", ext.name()));
+                }
+                bound = true;
+                break;
+            }
+        }
+        if !bound {
+            let mut handled = false;
+            for e in &self.bind {
+                if let Some(p) = e.plugin.as_bind() {
+                    let s = p.bind(state.clone(), pod.clone(), node.clone()).await;
+                    if s.code == Code::Skip {
+                        continue;
+                    }
+                    if !s.is_success() {
+                        return s.with_plugin(&e.name);
+                    }
+                    handled = true;
+                    break;
+                }
+            }
+            if !handled {
+                return Status::error("no bind plugin handled the pod");
+            }
+        }
+        for e in &self.post_bind {
+            if let Some(p) = e.plugin.as_post_bind() {
+                p.post_bind(&pod, &node);
+            }
+        }
+        Status::success()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adaptive_percentage() {
+        assert_eq!(num_feasible_nodes_to_find(0, 50), 50);
+        assert_eq!(num_feasible_nodes_to_find(0, 5000), 500);
+        assert_eq!(num_feasible_nodes_to_find(0, 1000), 420);
+        assert_eq!(num_feasible_nodes_to_find(0, 200), 100);
+        assert_eq!(num_feasible_nodes_to_find(0, 100_000), 5000);
+        assert_eq!(num_feasible_nodes_to_find(30, 5000), 1500);
+        assert_eq!(num_feasible_nodes_to_find(100, 5000), 5000);
+    }
+
+    #[test]
+    fn histogram_is_sorted() {
+        let mut m = NodeToStatus::new();
+        for i in 0..3 {
+            m.insert(format!("a{i}"), Status::unschedulable("Insufficient cpu"));
+        }
+        for i in 0..2 {
+            m.insert(
+                format!("b{i}"),
+                Status::unschedulable("node(s) had untolerated taint {k: v}"),
+            );
+        }
+        assert_eq!(
+            histogram_message(5, &m),
+            "0/5 nodes are available: 2 node(s) had untolerated taint {k: v}, 3 Insufficient cpu."
+        );
+    }
+}

@@ -1,0 +1,122 @@
+//! The nodes as one scheduling cycle sees them: every [`NodeInfo`] with its
+//! precomputed aggregates, an index by name, and how many nodes hold each
+//! image (ImageLocality's spread factor).
+//!
+//! The scheduling loop applies cluster events between cycles, so within a
+//! cycle the snapshot does not change and plugins read it without locks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+
+use super::types::{NodeInfo, PodInfo};
+
+/// Nodes with the pods on them.
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    nodes: Vec<NodeInfo>,
+    index: HashMap<String, usize>,
+    image_nodes: HashMap<String, usize>,
+    /// Pods on nodes not (yet) known, by node name.
+    orphans: HashMap<String, Vec<Arc<PodInfo>>>,
+}
+
+impl Snapshot {
+    /// An empty snapshot.
+    pub fn new() -> Snapshot {
+        Snapshot::default()
+    }
+
+    /// All known nodes.
+    pub fn nodes(&self) -> &[NodeInfo] {
+        &self.nodes
+    }
+
+    /// A node by name.
+    pub fn get(&self, name: &str) -> Option<&NodeInfo> {
+        self.index.get(name).map(|i| &self.nodes[*i])
+    }
+
+    /// How many nodes hold an image (normalized name).
+    pub fn image_num_nodes(&self, image: &str) -> usize {
+        self.image_nodes.get(image).copied().unwrap_or(0)
+    }
+
+    /// Add or update a node object.
+    pub fn apply_node(&mut self, node: Arc<Node>) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if let Some(&i) = self.index.get(&name) {
+            let old: Vec<String> = self.nodes[i].images.keys().cloned().collect();
+            for img in old {
+                self.dec_image(&img);
+            }
+            self.nodes[i].set_node(node);
+            for img in self.nodes[i].images.keys() {
+                *self.image_nodes.entry(img.clone()).or_default() += 1;
+            }
+        } else {
+            let mut info = NodeInfo::new(node);
+            for pod in self.orphans.remove(&name).unwrap_or_default() {
+                info.add_pod(pod);
+            }
+            for img in info.images.keys() {
+                *self.image_nodes.entry(img.clone()).or_default() += 1;
+            }
+            self.index.insert(name, self.nodes.len());
+            self.nodes.push(info);
+        }
+    }
+
+    fn dec_image(&mut self, img: &str) {
+        if let Some(c) = self.image_nodes.get_mut(img) {
+            *c -= 1;
+            if *c == 0 {
+                self.image_nodes.remove(img);
+            }
+        }
+    }
+
+    /// Remove a node; its pods are kept aside until it comes back or they go.
+    pub fn remove_node(&mut self, name: &str) {
+        let Some(i) = self.index.remove(name) else {
+            return;
+        };
+        let info = self.nodes.swap_remove(i);
+        if i < self.nodes.len() {
+            let moved = self.nodes[i].name.clone();
+            self.index.insert(moved, i);
+        }
+        for img in info.images.keys() {
+            self.dec_image(img);
+        }
+        if !info.pods.is_empty() {
+            self.orphans.insert(info.name, info.pods);
+        }
+    }
+
+    /// Account for a pod on a node.
+    pub fn add_pod(&mut self, node: &str, pod: Arc<PodInfo>) {
+        match self.index.get(node) {
+            Some(&i) => self.nodes[i].add_pod(pod),
+            None => self.orphans.entry(node.to_string()).or_default().push(pod),
+        }
+    }
+
+    /// Remove a pod from a node.
+    pub fn remove_pod(&mut self, node: &str, uid: &str) {
+        match self.index.get(node) {
+            Some(&i) => {
+                self.nodes[i].remove_pod(uid);
+            }
+            None => {
+                if let Some(list) = self.orphans.get_mut(node) {
+                    list.retain(|p| p.uid != uid);
+                    if list.is_empty() {
+                        self.orphans.remove(node);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! InterPodAffinity: required pod affinity and anti-affinity per topology
+//! domain (with symmetry: existing pods' anti-affinity also rejects the
+//! incoming pod, and the first pod of a self-affine group may go anywhere),
+//! and preferred terms in the score (weight 2).
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+
+use super::helper::{decode_args, min_max_normalize, plugin};
+use crate::framework::{
+    ClusterEvent, Code, CycleState, FilterPlugin, NodeInfo, NodeScore, PodInfo,
+    PreFilterExtensions, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Snapshot,
+    Status, types::AffinityTerm,
+};
+
+const STATE_FILTER: &str = "PreFilterInterPodAffinity";
+const STATE_SCORE: &str = "PreScoreInterPodAffinity";
+
+type Counts = HashMap<String, HashMap<String, i64>>;
+
+fn bump(m: &mut Counts, key: &str, value: &str, d: i64) {
+    *m.entry(key.to_string()).or_default().entry(value.to_string()).or_default() += d;
+}
+
+fn get(m: &Counts, key: &str, value: &str) -> i64 {
+    m.get(key).and_then(|v| v.get(value)).copied().unwrap_or(0)
+}
+
+/// `InterPodAffinityArgs`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Args {
+    /// Accepted for compatibility.
+    pub api_version: Option<String>,
+    /// Accepted for compatibility.
+    pub kind: Option<String>,
+    /// Score weight of existing pods' required affinity toward the incoming pod.
+    pub hard_pod_affinity_weight: Option<i64>,
+}
+
+/// The InterPodAffinity plugin.
+pub struct InterPodAffinity {
+    hard_weight: i64,
+}
+plugin!(InterPodAffinity, "InterPodAffinity", [pre_filter, filter, pre_score, score], events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate, ClusterEvent::PodDelete, ClusterEvent::PodAdd]);
+
+impl InterPodAffinity {
+    /// Build from args.
+    pub fn new(args: Option<&serde_json::Value>) -> Result<Self, String> {
+        let a: Args = decode_args(args)?;
+        let w = a.hard_pod_affinity_weight.unwrap_or(1);
+        if !(0..=100).contains(&w) {
+            return Err(format!("hardPodAffinityWeight: Invalid value: {w}: not in valid range [0-100]"));
+        }
+        Ok(InterPodAffinity { hard_weight: w })
+    }
+}
+
+#[derive(Clone, Default)]
+struct FilterState {
+    existing_anti: Counts,
+    affinity: Counts,
+    anti: Counts,
+}
+
+impl FilterState {
+    fn update(&mut self, pod: &PodInfo, other: &PodInfo, node: &NodeInfo, d: i64) {
+        let labels = node.labels();
+        for t in &other.required_anti_affinity {
+            if t.matches(pod)
+                && let Some(v) = labels.get(&t.topology_key)
+            {
+                bump(&mut self.existing_anti, &t.topology_key, v, d);
+            }
+        }
+        for t in &pod.required_affinity {
+            if t.matches(other)
+                && let Some(v) = labels.get(&t.topology_key)
+            {
+                bump(&mut self.affinity, &t.topology_key, v, d);
+            }
+        }
+        for t in &pod.required_anti_affinity {
+            if t.matches(other)
+                && let Some(v) = labels.get(&t.topology_key)
+            {
+                bump(&mut self.anti, &t.topology_key, v, d);
+            }
+        }
+    }
+}
+
+fn matches_own_terms(pod: &PodInfo, terms: &[AffinityTerm]) -> bool {
+    !terms.is_empty() && terms.iter().all(|t| t.matches(pod))
+}
+
+impl PreFilterPlugin for InterPodAffinity {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snapshot: &Snapshot) -> (Option<PreFilterResult>, Status) {
+        let wants = !pod.required_affinity.is_empty() || !pod.required_anti_affinity.is_empty();
+        let mut st = FilterState::default();
+        for node in snapshot.nodes() {
+            if !wants && node.pods_with_required_anti_affinity == 0 {
+                continue;
+            }
+            for other in &node.pods {
+                if wants || !other.required_anti_affinity.is_empty() {
+                    st.update(pod, other, node, 1);
+                }
+            }
+        }
+        if !wants && st.existing_anti.is_empty() {
+            return (None, Status::skip());
+        }
+        state.write(STATE_FILTER, st);
+        (None, Status::success())
+    }
+
+    fn extensions(&self) -> Option<&dyn PreFilterExtensions> {
+        Some(self)
+    }
+}
+
+impl PreFilterExtensions for InterPodAffinity {
+    fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, other: &PodInfo, node: &NodeInfo) -> Status {
+        if let Some(st) = state.read_mut::<FilterState>(STATE_FILTER) {
+            st.update(pod, other, node, 1);
+        }
+        Status::success()
+    }
+    fn remove_pod(&self, state: &mut CycleState, pod: &PodInfo, other: &PodInfo, node: &NodeInfo) -> Status {
+        if let Some(st) = state.read_mut::<FilterState>(STATE_FILTER) {
+            st.update(pod, other, node, -1);
+        }
+        Status::success()
+    }
+}
+
+impl FilterPlugin for InterPodAffinity {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(st) = state.read::<FilterState>(STATE_FILTER) else {
+            return Status::success();
+        };
+        let labels = node.labels();
+        // Existing pods' anti-affinity toward this pod (symmetry).
+        for (k, v) in labels {
+            if get(&st.existing_anti, k, v) > 0 {
+                return Status::unschedulable("node(s) didn't satisfy existing pods anti-affinity rules");
+            }
+        }
+        for t in &pod.required_anti_affinity {
+            if let Some(v) = labels.get(&t.topology_key)
+                && get(&st.anti, &t.topology_key, v) > 0
+            {
+                return Status::unschedulable("node(s) didn't match pod anti-affinity rules");
+            }
+        }
+        if !pod.required_affinity.is_empty() {
+            let mut all_exist = true;
+            for t in &pod.required_affinity {
+                match labels.get(&t.topology_key) {
+                    None => {
+                        return Status::unresolvable("node(s) didn't match pod affinity rules");
+                    }
+                    Some(v) => {
+                        if get(&st.affinity, &t.topology_key, v) <= 0 {
+                            all_exist = false;
+                        }
+                    }
+                }
+            }
+            if !all_exist {
+                // The first pod of a group that matches its own terms may go
+                // anywhere the topology keys exist.
+                let no_matches = st.affinity.values().all(|m| m.values().all(|c| *c <= 0));
+                if !(no_matches && matches_own_terms(pod, &pod.required_affinity)) {
+                    return Status::new(Code::UnschedulableAndUnresolvable, "node(s) didn't match pod affinity rules");
+                }
+            }
+        }
+        Status::success()
+    }
+}
+
+#[derive(Clone, Default)]
+struct ScoreState {
+    topology_score: Counts,
+}
+
+impl InterPodAffinity {
+    fn score_pair(&self, st: &mut ScoreState, pod: &PodInfo, other: &PodInfo, node: &NodeInfo) {
+        let labels = node.labels();
+        let mut add = |t: &AffinityTerm, w: i64, target: &PodInfo| {
+            if t.matches(target)
+                && let Some(v) = labels.get(&t.topology_key)
+            {
+                bump(&mut st.topology_score, &t.topology_key, v, w);
+            }
+        };
+        for w in &pod.preferred_affinity {
+            add(&w.term, w.weight, other);
+        }
+        for w in &pod.preferred_anti_affinity {
+            add(&w.term, -w.weight, other);
+        }
+        if self.hard_weight > 0 {
+            for t in &other.required_affinity {
+                add(t, self.hard_weight, pod);
+            }
+        }
+        for w in &other.preferred_affinity {
+            add(&w.term, w.weight, pod);
+        }
+        for w in &other.preferred_anti_affinity {
+            add(&w.term, -w.weight, pod);
+        }
+    }
+}
+
+impl PreScorePlugin for InterPodAffinity {
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[&NodeInfo], snapshot: &Snapshot) -> Status {
+        let has_preferred = !pod.preferred_affinity.is_empty() || !pod.preferred_anti_affinity.is_empty();
+        let mut st = ScoreState::default();
+        for node in snapshot.nodes() {
+            if !has_preferred && node.pods_with_affinity == 0 {
+                continue;
+            }
+            for other in &node.pods {
+                if has_preferred || other.has_pod_affinity() {
+                    self.score_pair(&mut st, pod, other, node);
+                }
+            }
+        }
+        if st.topology_score.is_empty() {
+            return Status::skip();
+        }
+        state.write(STATE_SCORE, st);
+        Status::success()
+    }
+}
+
+impl ScorePlugin for InterPodAffinity {
+    fn score(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> (i64, Status) {
+        let Some(st) = state.read::<ScoreState>(STATE_SCORE) else {
+            return (0, Status::success());
+        };
+        let s = node.labels().iter().map(|(k, v)| get(&st.topology_score, k, v)).sum();
+        (s, Status::success())
+    }
+
+    fn normalize(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore]) -> Status {
+        min_max_normalize(scores);
+        Status::success()
+    }
+}

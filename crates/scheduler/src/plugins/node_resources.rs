@@ -1,0 +1,342 @@
+//! NodeResourcesFit (requests against allocatable: CPU, memory, ephemeral
+//! storage, `pods`, extended resources such as `nvidia.com/gpu`; scoring by
+//! LeastAllocated, MostAllocated or RequestedToCapacityRatio, weight 1) and
+//! NodeResourcesBalancedAllocation (weight 1).
+
+use serde::Deserialize;
+
+use super::helper::{decode_args, plugin};
+use crate::framework::{
+    ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, NodeInfo, PodInfo, PreScorePlugin,
+    ScorePlugin, Snapshot, Status,
+};
+
+/// A resource and its weight in scoring.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceSpec {
+    /// Resource name.
+    pub name: String,
+    /// Weight (default 1).
+    #[serde(default = "one")]
+    pub weight: i64,
+}
+
+fn one() -> i64 {
+    1
+}
+
+/// A point of the RequestedToCapacityRatio shape.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UtilizationShapePoint {
+    /// Utilization 0–100.
+    pub utilization: i64,
+    /// Score 0–10.
+    pub score: i64,
+}
+
+/// RequestedToCapacityRatio parameters.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequestedToCapacityRatioParam {
+    /// The piecewise-linear shape.
+    #[serde(default)]
+    pub shape: Vec<UtilizationShapePoint>,
+}
+
+/// `scoringStrategy`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScoringStrategy {
+    /// LeastAllocated (default), MostAllocated, RequestedToCapacityRatio.
+    #[serde(rename = "type", default)]
+    pub type_: Option<String>,
+    /// Resources and weights (default cpu 1, memory 1).
+    #[serde(default)]
+    pub resources: Vec<ResourceSpec>,
+    /// For RequestedToCapacityRatio.
+    #[serde(default)]
+    pub requested_to_capacity_ratio: Option<RequestedToCapacityRatioParam>,
+}
+
+/// `NodeResourcesFitArgs`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FitArgs {
+    /// Accepted for compatibility (kubeforge's args have no apiVersion use).
+    pub api_version: Option<String>,
+    /// Accepted for compatibility.
+    pub kind: Option<String>,
+    /// Resources the filter ignores.
+    #[serde(default)]
+    pub ignored_resources: Vec<String>,
+    /// Resource groups (prefix before '/') the filter ignores.
+    #[serde(default)]
+    pub ignored_resource_groups: Vec<String>,
+    /// How nodes are scored.
+    #[serde(default)]
+    pub scoring_strategy: Option<ScoringStrategy>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Strategy {
+    Least,
+    Most,
+    Ratio,
+}
+
+/// The NodeResourcesFit plugin.
+pub struct NodeResourcesFit {
+    ignored: Vec<String>,
+    ignored_groups: Vec<String>,
+    strategy: Strategy,
+    resources: Vec<ResourceSpec>,
+    shape: Vec<(i64, i64)>,
+}
+plugin!(NodeResourcesFit, "NodeResourcesFit", [filter, score], events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate, ClusterEvent::PodDelete]);
+
+fn default_resources() -> Vec<ResourceSpec> {
+    vec![
+        ResourceSpec { name: "cpu".into(), weight: 1 },
+        ResourceSpec { name: "memory".into(), weight: 1 },
+    ]
+}
+
+impl NodeResourcesFit {
+    /// Build from args; `extra_ignored` are resources extenders manage.
+    pub fn new(args: Option<&serde_json::Value>, extra_ignored: Vec<String>) -> Result<Self, String> {
+        let a: FitArgs = decode_args(args)?;
+        let s = a.scoring_strategy.unwrap_or_default();
+        let strategy = match s.type_.as_deref().unwrap_or("LeastAllocated") {
+            "LeastAllocated" => Strategy::Least,
+            "MostAllocated" => Strategy::Most,
+            "RequestedToCapacityRatio" => Strategy::Ratio,
+            other => {
+                return Err(format!(
+                    "scoringStrategy.type: Unsupported value: {other:?}: supported values: \"LeastAllocated\", \"MostAllocated\", \"RequestedToCapacityRatio\""
+                ));
+            }
+        };
+        let resources = if s.resources.is_empty() { default_resources() } else { s.resources };
+        for (i, r) in resources.iter().enumerate() {
+            if !(1..=100).contains(&r.weight) {
+                return Err(format!(
+                    "scoringStrategy.resources[{i}].weight: Invalid value: {}: resource weight of {} should be in range [1, 100]",
+                    r.weight, r.name
+                ));
+            }
+        }
+        let mut shape = Vec::new();
+        if strategy == Strategy::Ratio {
+            let pts = s.requested_to_capacity_ratio.map(|r| r.shape).unwrap_or_default();
+            if pts.is_empty() {
+                return Err("scoringStrategy.requestedToCapacityRatio.shape: Required value: at least one point must be specified".into());
+            }
+            for (i, p) in pts.iter().enumerate() {
+                if !(0..=100).contains(&p.utilization) {
+                    return Err(format!("scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization: Invalid value: {}: not in valid range [0, 100]", p.utilization));
+                }
+                if !(0..=10).contains(&p.score) {
+                    return Err(format!("scoringStrategy.requestedToCapacityRatio.shape[{i}].score: Invalid value: {}: not in valid range [0, 10]", p.score));
+                }
+                if i > 0 && p.utilization <= pts[i - 1].utilization {
+                    return Err(format!("scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization: Invalid value: {}: utilization values must be sorted in increasing order", p.utilization));
+                }
+                // scores are 0–10 in the config, 0–100 internally
+                shape.push((p.utilization, p.score * (MAX_NODE_SCORE / 10)));
+            }
+        }
+        let mut ignored = a.ignored_resources;
+        ignored.extend(extra_ignored);
+        Ok(NodeResourcesFit {
+            ignored,
+            ignored_groups: a.ignored_resource_groups,
+            strategy,
+            resources,
+            shape,
+        })
+    }
+
+    fn is_ignored(&self, name: &str) -> bool {
+        self.ignored.iter().any(|i| i == name)
+            || name
+                .split_once('/')
+                .is_some_and(|(g, _)| self.ignored_groups.iter().any(|i| i == g))
+    }
+
+    fn ratio(&self, requested: i64, capacity: i64) -> i64 {
+        if capacity == 0 {
+            return 0;
+        }
+        let util = (requested * 100 / capacity).min(100);
+        // piecewise linear through the shape points
+        let pts = &self.shape;
+        let Some(first) = pts.first() else { return 0 };
+        if util <= first.0 {
+            return first.1;
+        }
+        for w in pts.windows(2) {
+            let ((u0, s0), (u1, s1)) = (w[0], w[1]);
+            if util <= u1 {
+                return s0 + (s1 - s0) * (util - u0) / (u1 - u0);
+            }
+        }
+        pts.last().map_or(0, |p| p.1)
+    }
+}
+
+/// Why a pod does not fit a node's resources (every reason, as
+/// kube-scheduler's `fitsRequest`).
+pub fn insufficient(pod: &PodInfo, node: &NodeInfo, ignored: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let alloc = &node.allocatable;
+    let used = &node.requested;
+    if node.pods.len() as i64 + 1 > alloc.allowed_pod_number {
+        out.push("Too many pods".to_string());
+    }
+    let req = &pod.requests;
+    if req.milli_cpu == 0 && req.memory == 0 && req.ephemeral_storage == 0 && req.scalar.iter().all(|(_, v)| *v == 0) {
+        return out;
+    }
+    if req.milli_cpu > 0 && alloc.milli_cpu < req.milli_cpu + used.milli_cpu {
+        out.push("Insufficient cpu".into());
+    }
+    if req.memory > 0 && alloc.memory < req.memory + used.memory {
+        out.push("Insufficient memory".into());
+    }
+    if req.ephemeral_storage > 0 && alloc.ephemeral_storage < req.ephemeral_storage + used.ephemeral_storage {
+        out.push("Insufficient ephemeral-storage".into());
+    }
+    for (name, v) in &req.scalar {
+        if *v == 0 || ignored(name) {
+            continue;
+        }
+        if alloc.scalar(name) < v + used.scalar(name) {
+            out.push(format!("Insufficient {name}"));
+        }
+    }
+    out
+}
+
+impl FilterPlugin for NodeResourcesFit {
+    fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let reasons = insufficient(pod, node, &|n| self.is_ignored(n));
+        if reasons.is_empty() {
+            Status::success()
+        } else {
+            Status {
+                code: crate::framework::Code::Unschedulable,
+                reasons,
+                plugin: String::new(),
+            }
+        }
+    }
+}
+
+/// (requested including this pod, allocatable) for one resource, counting
+/// CPU/memory with the non-zero defaults as kube-scheduler's scorers do.
+fn requested_and_allocatable(pod: &PodInfo, node: &NodeInfo, name: &str, non_zero: bool) -> (i64, i64) {
+    let alloc = node.allocatable.get(name);
+    let req = match name {
+        "cpu" if non_zero => node.non_zero_cpu + pod.non_zero_cpu,
+        "memory" if non_zero => node.non_zero_memory + pod.non_zero_memory,
+        other => node.requested.get(other) + pod.requests.get(other),
+    };
+    (req, alloc)
+}
+
+impl ScorePlugin for NodeResourcesFit {
+    fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (i64, Status) {
+        let mut total = 0i64;
+        let mut weights = 0i64;
+        for r in &self.resources {
+            if r.name != "cpu" && r.name != "memory" && pod.requests.get(&r.name) == 0 {
+                continue; // scalar resources count only when requested
+            }
+            let (req, alloc) = requested_and_allocatable(pod, node, &r.name, true);
+            if alloc == 0 {
+                continue;
+            }
+            let s = match self.strategy {
+                Strategy::Least => {
+                    if req > alloc { 0 } else { (alloc - req) * MAX_NODE_SCORE / alloc }
+                }
+                Strategy::Most => req.min(alloc) * MAX_NODE_SCORE / alloc,
+                Strategy::Ratio => self.ratio(req, alloc),
+            };
+            total += s * r.weight;
+            weights += r.weight;
+        }
+        (if weights == 0 { 0 } else { total / weights }, Status::success())
+    }
+}
+
+/// `NodeResourcesBalancedAllocationArgs`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BalancedArgs {
+    /// Accepted for compatibility.
+    pub api_version: Option<String>,
+    /// Accepted for compatibility.
+    pub kind: Option<String>,
+    /// Resources compared (default cpu and memory).
+    #[serde(default)]
+    pub resources: Vec<ResourceSpec>,
+}
+
+/// Prefers nodes whose resource fractions stay close to each other.
+pub struct BalancedAllocation {
+    resources: Vec<ResourceSpec>,
+}
+plugin!(BalancedAllocation, "NodeResourcesBalancedAllocation", [pre_score, score], events = vec![ClusterEvent::NodeAdd, ClusterEvent::PodDelete]);
+
+impl BalancedAllocation {
+    /// Build from args.
+    pub fn new(args: Option<&serde_json::Value>) -> Result<Self, String> {
+        let a: BalancedArgs = decode_args(args)?;
+        Ok(BalancedAllocation {
+            resources: if a.resources.is_empty() { default_resources() } else { a.resources },
+        })
+    }
+}
+
+impl PreScorePlugin for BalancedAllocation {
+    fn pre_score(&self, _: &mut CycleState, pod: &PodInfo, _: &[&NodeInfo], _: &Snapshot) -> Status {
+        // Best-effort pods (no requests at all) are not scored.
+        let r = &pod.requests;
+        if r.milli_cpu == 0 && r.memory == 0 && r.scalar.iter().all(|(_, v)| *v == 0) {
+            Status::skip()
+        } else {
+            Status::success()
+        }
+    }
+}
+
+impl ScorePlugin for BalancedAllocation {
+    fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (i64, Status) {
+        let mut fractions = [0f64; 8];
+        let mut n = 0;
+        for r in &self.resources {
+            if n == fractions.len() {
+                break;
+            }
+            let (req, alloc) = requested_and_allocatable(pod, node, &r.name, false);
+            if alloc == 0 {
+                continue;
+            }
+            fractions[n] = (req as f64 / alloc as f64).min(1.0);
+            n += 1;
+        }
+        let f = &fractions[..n];
+        let std = match n {
+            0 | 1 => 0.0,
+            2 => (f[0] - f[1]).abs() / 2.0,
+            _ => {
+                let mean = f.iter().sum::<f64>() / n as f64;
+                (f.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64).sqrt()
+            }
+        };
+        (((1.0 - std) * MAX_NODE_SCORE as f64) as i64, Status::success())
+    }
+}
