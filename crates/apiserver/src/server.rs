@@ -264,6 +264,31 @@ impl ApiServer {
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        let service = self.service();
+        self.serve_with(listener, shutdown, service).await
+    }
+
+    /// Serve HTTP/1.1 on `listener` until `shutdown` resolves, answering
+    /// every request with `service`: this server's [`Self::service`]
+    /// wrapped in tower layers (fault injection in tests, for instance).
+    pub async fn serve_with<S, B>(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+        service: S,
+    ) -> std::io::Result<()>
+    where
+        S: tower::Service<
+                Request<hyper::body::Incoming>,
+                Response = Response<B>,
+                Error = Infallible,
+            > + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
         if let Ok(addr) = listener.local_addr() {
             self.set_advertise(addr);
         }
@@ -274,11 +299,10 @@ impl ApiServer {
                 () = &mut shutdown => return Ok(()),
             };
             let _ = stream.set_nodelay(true);
-            let server = self.clone();
+            let service = service.clone();
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let server = server.clone();
-                    async move { Ok::<_, Infallible>(server.handle(req).await) }
+                    tower::ServiceExt::oneshot(service.clone(), req)
                 });
                 let io = hyper_util::rt::TokioIo::new(stream);
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
