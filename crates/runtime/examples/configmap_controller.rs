@@ -17,12 +17,23 @@ use kubeforge_runtime::{Action, Manager, ReconcileError};
 
 const ANNOTATION: &str = "example.kubeforge.dev/keys";
 
-async fn reconcile(cm: Arc<ConfigMap>, client: Arc<kube::Client>) -> Result<Action, ReconcileError> {
+async fn reconcile(
+    cm: Arc<ConfigMap>,
+    client: Arc<kube::Client>,
+) -> Result<Action, ReconcileError> {
     let keys = cm.data.as_ref().map_or(0, |d| d.len()).to_string();
-    let current = cm.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION));
+    let current = cm
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION));
     if current != Some(&keys) {
         let ns = cm.metadata.namespace.as_deref().unwrap_or("default");
-        let name = cm.metadata.name.as_deref().ok_or("ConfigMap without a name")?;
+        let name = cm
+            .metadata
+            .name
+            .as_deref()
+            .ok_or("ConfigMap without a name")?;
         let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION: keys}}});
         Api::<ConfigMap>::namespaced((*client).clone(), ns)
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))

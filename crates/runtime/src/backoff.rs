@@ -34,7 +34,9 @@ impl BackoffConfig {
     /// `base * 2^failures`, at most `max`.
     pub fn delay(&self, failures: u32) -> Duration {
         let factor = 2u32.checked_pow(failures.min(31)).unwrap_or(u32::MAX);
-        self.base.checked_mul(factor).map_or(self.max, |d| d.min(self.max))
+        self.base
+            .checked_mul(factor)
+            .map_or(self.max, |d| d.min(self.max))
     }
 }
 

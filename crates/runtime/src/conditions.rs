@@ -79,8 +79,8 @@ pub fn new(
 impl NewCondition {
     /// The `metadata.generation` this condition was computed from.
     #[must_use]
-    pub fn observed_generation(mut self, generation: Option<i64>) -> Self {
-        self.observed_generation = generation;
+    pub fn observed_generation(mut self, generation: impl Into<Option<i64>>) -> Self {
+        self.observed_generation = generation.into();
         self
     }
 }
@@ -93,7 +93,11 @@ pub fn set_condition(conditions: &mut Vec<Condition>, new: NewCondition) -> bool
 }
 
 /// [`set_condition`] with an explicit "now" (for tests and injected clocks).
-pub fn set_condition_at(conditions: &mut Vec<Condition>, new: NewCondition, now: Timestamp) -> bool {
+pub fn set_condition_at(
+    conditions: &mut Vec<Condition>,
+    new: NewCondition,
+    now: Timestamp,
+) -> bool {
     let status = new.status.as_str();
     match conditions.iter_mut().find(|c| c.type_ == new.type_) {
         None => {
@@ -158,16 +162,32 @@ mod tests {
         let t1 = Timestamp::from_second(2_000).unwrap_or(Timestamp::UNIX_EPOCH);
         let t2 = Timestamp::from_second(3_000).unwrap_or(Timestamp::UNIX_EPOCH);
         let mut c = Vec::new();
-        assert!(set_condition_at(&mut c, new("Ready", false, "Creating", "0/3").observed_generation(Some(1)), t0));
+        assert!(set_condition_at(
+            &mut c,
+            new("Ready", false, "Creating", "0/3").observed_generation(Some(1)),
+            t0
+        ));
         // Same status, new message and generation: changed, time kept.
-        assert!(set_condition_at(&mut c, new("Ready", false, "Creating", "1/3").observed_generation(Some(2)), t1));
+        assert!(set_condition_at(
+            &mut c,
+            new("Ready", false, "Creating", "1/3").observed_generation(Some(2)),
+            t1
+        ));
         assert_eq!(c[0].last_transition_time.0, t0);
         assert_eq!(c[0].observed_generation, Some(2));
         assert_eq!(c[0].message, "1/3");
         // Nothing new: unchanged.
-        assert!(!set_condition_at(&mut c, new("Ready", false, "Creating", "1/3").observed_generation(Some(2)), t1));
+        assert!(!set_condition_at(
+            &mut c,
+            new("Ready", false, "Creating", "1/3").observed_generation(Some(2)),
+            t1
+        ));
         // Flip: time moves.
-        assert!(set_condition_at(&mut c, new("Ready", true, "Ready", "3/3").observed_generation(Some(2)), t2));
+        assert!(set_condition_at(
+            &mut c,
+            new("Ready", true, "Ready", "3/3").observed_generation(Some(2)),
+            t2
+        ));
         assert_eq!(c[0].last_transition_time.0, t2);
         assert!(is_true(&c, "Ready"));
         assert_eq!(c.len(), 1);

@@ -193,10 +193,8 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
             resync: self.resync,
             concurrency: self.max_concurrent,
         };
-        self.mgr.add_controller(
-            self.name,
-            Box::new(move |stop: Stop| run.run(stop).boxed()),
-        );
+        self.mgr
+            .add_controller(self.name, Box::new(move |stop: Stop| run.run(stop).boxed()));
     }
 }
 
@@ -225,7 +223,8 @@ fn controller_owner<K: Cacheable, O: Resource>(obj: &O) -> Option<ObjectRef<K>> 
 
 /// Whether `K` is namespaced.
 fn is_namespaced<K: Cacheable>() -> bool {
-    std::any::TypeId::of::<K::Scope>() != std::any::TypeId::of::<k8s_openapi::ClusterResourceScope>()
+    std::any::TypeId::of::<K::Scope>()
+        != std::any::TypeId::of::<k8s_openapi::ClusterResourceScope>()
 }
 
 /// Trigger source of the primary kind: every creation, updates that pass
@@ -250,7 +249,10 @@ fn primary_source<K: Cacheable>(
         let changes = rx.filter_map(move |change| {
             let out = match change {
                 Change::Applied { old: None, new } => Some(ObjectRef::from_obj(&*new)),
-                Change::Applied { old: Some(old), new } => match &predicate {
+                Change::Applied {
+                    old: Some(old),
+                    new,
+                } => match &predicate {
                     Some(p) if !p.update(old.meta(), new.meta()) => None,
                     _ => Some(ObjectRef::from_obj(&*new)),
                 },
@@ -300,7 +302,9 @@ impl<K: Cacheable> Shared<K> {
     /// `key` leaves the queue for a worker.
     fn take(&self, key: &ObjectRef<K>) {
         let ready = lock(&self.pending).remove(key);
-        let waited = ready.map_or(Duration::ZERO, |t| Instant::now().saturating_duration_since(t));
+        let waited = ready.map_or(Duration::ZERO, |t| {
+            Instant::now().saturating_duration_since(t)
+        });
         self.metrics
             .workqueue_queue_duration
             .get_or_create(&self.queue_labels)
@@ -411,8 +415,11 @@ where
             triggers.push(
                 stream::unfold(store, move |store| async move {
                     tokio::time::sleep(every).await;
-                    let refs: Vec<ObjectRef<K>> =
-                        store.state().iter().map(|o| ObjectRef::from_obj(&**o)).collect();
+                    let refs: Vec<ObjectRef<K>> = store
+                        .state()
+                        .iter()
+                        .map(|o| ObjectRef::from_obj(&**o))
+                        .collect();
                     Some((stream::iter(refs), store))
                 })
                 .flatten()
@@ -460,7 +467,8 @@ where
     }
 }
 
-type ReconcileOutcome = Pin<Box<dyn Future<Output = Result<kube::runtime::controller::Action, Failed>> + Send>>;
+type ReconcileOutcome =
+    Pin<Box<dyn Future<Output = Result<kube::runtime::controller::Action, Failed>> + Send>>;
 
 /// One reconcile: spawned (so reconciles run in parallel on the runtime's
 /// threads), panics caught, metrics kept, the result classified.
@@ -477,7 +485,10 @@ where
 {
     let key = ObjectRef::from_obj(&*obj);
     shared.take(&key);
-    let workers = shared.metrics.active_workers.get_or_create_owned(&shared.labels);
+    let workers = shared
+        .metrics
+        .active_workers
+        .get_or_create_owned(&shared.labels);
     workers.inc();
     let span = tracing::info_span!(
         "reconcile",

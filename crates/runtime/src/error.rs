@@ -91,7 +91,9 @@ pub enum Error {
     /// This replica was leading and could not renew its Lease within the
     /// renew deadline; its controllers were stopped (controller-runtime
     /// exits the process here; restart or exit likewise).
-    #[error("leader election lost: could not renew Lease {namespace}/{name} within the renew deadline")]
+    #[error(
+        "leader election lost: could not renew Lease {namespace}/{name} within the renew deadline"
+    )]
     LeaderElectionLost {
         /// The Lease's namespace.
         namespace: String,

@@ -53,7 +53,8 @@ impl EventRecorder {
         action: &str,
         note: &str,
     ) -> Result<(), kube::Error> {
-        self.publish(obj, EventType::Normal, reason, action, note).await
+        self.publish(obj, EventType::Normal, reason, action, note)
+            .await
     }
 
     /// A `Warning` event about `obj` (shown by `kubectl describe`).
@@ -64,7 +65,8 @@ impl EventRecorder {
         action: &str,
         note: &str,
     ) -> Result<(), kube::Error> {
-        self.publish(obj, EventType::Warning, reason, action, note).await
+        self.publish(obj, EventType::Warning, reason, action, note)
+            .await
     }
 
     /// An event of `type_` about `obj`.

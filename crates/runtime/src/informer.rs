@@ -39,12 +39,24 @@ pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-co
 /// What the manager can cache, watch and reconcile: a typed Kubernetes
 /// object (k8s-openapi types, `kube::CustomResource` types).
 pub trait Cacheable:
-    Resource<DynamicType = (), Scope: 'static> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+    Resource<DynamicType = (), Scope: 'static>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
 {
 }
 
 impl<K> Cacheable for K where
-    K: Resource<DynamicType = (), Scope: 'static> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+    K: Resource<DynamicType = (), Scope: 'static>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static
 {
 }
 
@@ -235,10 +247,13 @@ impl<K: Cacheable> ErasedInformer for Informer<K> {
     }
 }
 
+/// One informer: its type, itself (to downcast) and itself kind-erased.
+type Entry = (std::any::TypeId, Arc<dyn Any + Send + Sync>, Arc<dyn ErasedInformer>);
+
 /// The manager's informers, one per kind.
 #[derive(Default)]
 pub(crate) struct Informers {
-    by_type: Mutex<Vec<(std::any::TypeId, Arc<dyn Any + Send + Sync>, Arc<dyn ErasedInformer>)>>,
+    by_type: Mutex<Vec<Entry>>,
 }
 
 impl Informers {
@@ -260,7 +275,10 @@ impl Informers {
 
     /// All informers, kind erased.
     pub(crate) fn all(&self) -> Vec<Arc<dyn ErasedInformer>> {
-        lock(&self.by_type).iter().map(|(_, _, e)| e.clone()).collect()
+        lock(&self.by_type)
+            .iter()
+            .map(|(_, _, e)| e.clone())
+            .collect()
     }
 }
 

@@ -232,8 +232,13 @@ impl Elector {
         self.observe(&spec);
         let holder = spec.holder_identity.clone().unwrap_or_default();
         let mine = holder == me;
-        let seen_at = self.observed.as_ref().map_or_else(Instant::now, |(_, t)| *t);
-        let valid_for = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0));
+        let seen_at = self
+            .observed
+            .as_ref()
+            .map_or_else(Instant::now, |(_, t)| *t);
+        let valid_for = Duration::from_secs(
+            u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
+        );
         if !holder.is_empty() && !mine && seen_at + valid_for > Instant::now() {
             return Ok(false);
         }
@@ -314,7 +319,9 @@ impl Elector {
             match self.try_acquire_or_renew().await {
                 Ok(true) => break,
                 Ok(false) => {}
-                Err(e) => tracing::warn!(lease = %name, error = %e, "error retrieving or updating the leader lease"),
+                Err(e) => {
+                    tracing::warn!(lease = %name, error = %e, "error retrieving or updating the leader lease")
+                }
             }
             tokio::select! {
                 () = tokio::time::sleep(jittered(retry)) => {}
@@ -342,8 +349,12 @@ impl Elector {
             let left = self.config.renew_deadline.saturating_sub(renewed.elapsed());
             match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
                 Ok(Ok(true)) => renewed = Instant::now(),
-                Ok(Ok(false)) => tracing::warn!(lease = %name, "leader lease is held by another candidate"),
-                Ok(Err(e)) => tracing::warn!(lease = %name, error = %e, "failed to renew leader lease"),
+                Ok(Ok(false)) => {
+                    tracing::warn!(lease = %name, "leader lease is held by another candidate")
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(lease = %name, error = %e, "failed to renew leader lease")
+                }
                 Err(_) => tracing::warn!(lease = %name, "renewing the leader lease timed out"),
             }
             if renewed.elapsed() >= self.config.renew_deadline {

@@ -228,7 +228,10 @@ impl Manager {
         let informers = self.informers.all();
         let mut background = Vec::new();
         for inf in &informers {
-            background.push(inf.clone().start(self.client.clone(), self.prune, bg_stop.clone()));
+            background.push(
+                inf.clone()
+                    .start(self.client.clone(), self.prune, bg_stop.clone()),
+            );
         }
         if let Some(listener) = listener {
             if let Ok(addr) = listener.local_addr() {
@@ -241,7 +244,8 @@ impl Manager {
             background.push(tokio::spawn(admin::serve(listener, state, bg_stop.clone())));
         }
 
-        let mut requested = std::pin::pin!(shutdown_requested(self.shutdown.subscribe(), self.signals)?);
+        let mut requested =
+            std::pin::pin!(shutdown_requested(self.shutdown.subscribe(), self.signals)?);
 
         // Leader election.
         let (state_tx, mut state_rx) = watch::channel(LeaderState::Following);
@@ -295,7 +299,10 @@ impl Manager {
         // Graceful, bounded: no new work, finish what is in flight.
         let _ = ctrl_tx.send(true);
         let aborts: Vec<_> = handles.iter().map(|h| h.abort_handle()).collect();
-        if tokio::time::timeout(self.grace, join_all(handles)).await.is_err() {
+        if tokio::time::timeout(self.grace, join_all(handles))
+            .await
+            .is_err()
+        {
             tracing::warn!(grace = ?self.grace, "reconciles still running after the grace period; aborting them");
             for a in aborts {
                 a.abort();

@@ -18,7 +18,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// The content type of [`Metrics::encode`]'s output.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// controller-runtime's buckets for `controller_runtime_reconcile_time_seconds`.
 const RECONCILE_TIME_BUCKETS: [f64; 40] = [
@@ -231,7 +232,12 @@ impl Metrics {
 
     /// Declare a controller: its families start at zero for every label
     /// value, as controller-runtime initialises them.
-    pub(crate) fn init_controller(&self, name: &str, max_concurrent: u16, depth: Arc<dyn DepthSource>) {
+    pub(crate) fn init_controller(
+        &self,
+        name: &str,
+        max_concurrent: u16,
+        depth: Arc<dyn DepthSource>,
+    ) {
         let c = ControllerLabels {
             controller: name.to_string(),
         };
@@ -307,7 +313,10 @@ mod tests {
             "workqueue_work_duration_seconds_count{name=\"cm\",controller=\"cm\"} 0",
             "leader_election_master_status{name=\"lock\"} 1",
         ] {
-            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
         }
         assert!(!text.contains("_total_total"), "{text}");
         assert!(text.ends_with("# EOF\n"));

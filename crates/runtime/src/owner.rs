@@ -34,7 +34,9 @@ pub enum OwnerError {
         name: String,
     },
     /// A namespaced owner can only own objects in its own namespace.
-    #[error("cross-namespace owner references are not allowed: owner in {owner:?}, object in {object:?}")]
+    #[error(
+        "cross-namespace owner references are not allowed: owner in {owner:?}, object in {object:?}"
+    )]
     CrossNamespace {
         /// The owner's namespace.
         owner: String,

@@ -112,12 +112,20 @@ mod tests {
         let both = generation_changed().and(labels_changed());
         assert!(!both.update(&meta(1, "a"), &meta(2, "a")));
         assert!(both.update(&meta(1, "a"), &meta(2, "b")));
-        assert!(generation_changed().not().update(&meta(1, "a"), &meta(1, "a")));
+        assert!(
+            generation_changed()
+                .not()
+                .update(&meta(1, "a"), &meta(1, "a"))
+        );
         let mut deleting = meta(1, "a");
         deleting.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         ));
         assert!(g.update(&meta(1, "a"), &deleting));
-        assert!(annotations_changed().not().update(&meta(1, "a"), &meta(1, "b")));
+        assert!(
+            annotations_changed()
+                .not()
+                .update(&meta(1, "a"), &meta(1, "b"))
+        );
     }
 }

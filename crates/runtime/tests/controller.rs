@@ -1,0 +1,798 @@
+//! Controllers under a Manager against the embedded API server: reconciles,
+//! /metrics and /readyz over real HTTP, backoff, terminal errors, panics,
+//! owns/watches/predicates, one watch per kind, graceful shutdown, pruning.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{admin_listener, eventually, http_get, sample, tapped_client};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kubeforge_apiserver::ApiServer;
+use kubeforge_runtime::{Action, BackoffConfig, Manager, ObjectRef, ReconcileError, predicates};
+
+const ANNOTATION: &str = "test.kubeforge.dev/seen";
+
+fn cm(name: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("k".to_string(), "v".to_string())])),
+        ..Default::default()
+    }
+}
+
+async fn create_cm(client: &Client, name: &str) -> ConfigMap {
+    Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &cm(name))
+        .await
+        .expect("create configmap")
+}
+
+async fn patch_cm(client: &Client, name: &str, patch: serde_json::Value) {
+    Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch configmap");
+}
+
+/// Calls per object name.
+#[derive(Default)]
+struct Calls(Mutex<BTreeMap<String, Vec<Instant>>>);
+
+impl Calls {
+    fn record(&self, name: &str) -> usize {
+        let mut m = self.0.lock().expect("calls lock");
+        let v = m.entry(name.to_string()).or_default();
+        v.push(Instant::now());
+        v.len()
+    }
+    fn count(&self, name: &str) -> usize {
+        self.0
+            .lock()
+            .expect("calls lock")
+            .get(name)
+            .map_or(0, Vec::len)
+    }
+    fn times(&self, name: &str) -> Vec<Instant> {
+        self.0
+            .lock()
+            .expect("calls lock")
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+struct Ctx {
+    client: Client,
+    calls: Calls,
+    total: AtomicUsize,
+}
+
+fn ctx(client: &Client) -> Ctx {
+    Ctx {
+        client: client.clone(),
+        calls: Calls::default(),
+        total: AtomicUsize::new(0),
+    }
+}
+
+/// Marks each ConfigMap with an annotation (a write a user would see).
+async fn annotate(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    let name = cm.metadata.name.clone().ok_or("no name")?;
+    ctx.calls.record(&name);
+    ctx.total.fetch_add(1, Ordering::SeqCst);
+    let seen = cm
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION));
+    if seen.is_none() {
+        let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION: "yes"}}});
+        Api::<ConfigMap>::namespaced(ctx.client.clone(), "default")
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(Action::await_change())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciles_configmaps_and_serves_metrics_and_readyz() {
+    let server = ApiServer::in_memory().await;
+    let user = server.client();
+    let tapped = tapped_client(&server, false);
+    let (listener, addr) = admin_listener();
+    let mgr = Manager::builder(tapped.client.clone())
+        .metrics_listener(listener)
+        .handle_signals(false)
+        .build();
+    let ctx = Arc::new(ctx(&user));
+    let c2 = ctx.clone();
+    mgr.controller::<ConfigMap, _>("configmaps", ())
+        .max_concurrent_reconciles(2)
+        .register(move |cm, _| annotate(cm, c2.clone()));
+    let stop = mgr.shutdown_handle();
+    let run = tokio::spawn(mgr.run());
+
+    // The API is held back: the process is alive but its cache is not synced.
+    eventually("admin server up", Duration::from_secs(5), || async {
+        tokio::net::TcpStream::connect(addr).await.is_ok()
+    })
+    .await;
+    assert_eq!(http_get(addr, "/healthz").await, (200, "ok".to_string()));
+    let (code, body) = http_get(addr, "/readyz").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("ConfigMap"), "{body}");
+
+    tapped.gate.send_replace(true);
+    eventually("readyz 200 after sync", Duration::from_secs(10), || async {
+        http_get(addr, "/readyz").await.0 == 200
+    })
+    .await;
+
+    for i in 0..5 {
+        create_cm(&user, &format!("cm-{i}")).await;
+    }
+    let api = Api::<ConfigMap>::namespaced(user.clone(), "default");
+    eventually("all five annotated", Duration::from_secs(10), || async {
+        let list = api.list(&Default::default()).await.expect("list");
+        list.items
+            .iter()
+            .filter(|c| {
+                c.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("cm-"))
+            })
+            .all(|c| {
+                c.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(ANNOTATION))
+            })
+            && list.items.len() >= 5
+    })
+    .await;
+    // Each ConfigMap: reconciled on creation, then once more for our own
+    // annotation write; let that settle.
+    eventually(
+        "second reconcile of each",
+        Duration::from_secs(10),
+        || async { (0..5).all(|i| ctx.calls.count(&format!("cm-{i}")) >= 2) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let (code, text) = http_get(addr, "/metrics").await;
+    assert_eq!(code, 200);
+    let total = ctx.total.load(Ordering::SeqCst) as f64;
+    let c = "{controller=\"configmaps\"}";
+    let q = "{name=\"configmaps\",controller=\"configmaps\"}";
+    let get = |s: &str| sample(&text, s).unwrap_or_else(|| panic!("no sample {s} in\n{text}"));
+    assert_eq!(
+        get("controller_runtime_reconcile_total{controller=\"configmaps\",result=\"success\"}"),
+        total
+    );
+    assert_eq!(
+        get("controller_runtime_reconcile_total{controller=\"configmaps\",result=\"error\"}"),
+        0.0
+    );
+    assert_eq!(
+        get(&format!("controller_runtime_reconcile_errors_total{c}")),
+        0.0
+    );
+    assert_eq!(
+        get(&format!("controller_runtime_reconcile_panics_total{c}")),
+        0.0
+    );
+    assert_eq!(
+        get(&format!(
+            "controller_runtime_reconcile_time_seconds_count{c}"
+        )),
+        total
+    );
+    assert!(get(&format!("controller_runtime_reconcile_time_seconds_sum{c}")) > 0.0);
+    assert_eq!(
+        get(&format!("controller_runtime_max_concurrent_reconciles{c}")),
+        2.0
+    );
+    assert_eq!(get(&format!("controller_runtime_active_workers{c}")), 0.0);
+    assert_eq!(get(&format!("workqueue_depth{q}")), 0.0);
+    // Every reconcile came out of the queue; adds dedupe while queued.
+    assert!(get(&format!("workqueue_adds_total{q}")) >= 10.0);
+    assert!(get(&format!("workqueue_adds_total{q}")) <= total);
+    assert_eq!(
+        get(&format!("workqueue_queue_duration_seconds_count{q}")),
+        total
+    );
+    assert_eq!(
+        get(&format!("workqueue_work_duration_seconds_count{q}")),
+        total
+    );
+    assert_eq!(get(&format!("workqueue_retries_total{q}")), 0.0);
+    assert!(!text.contains("_total_total"));
+    assert!(text.contains("# TYPE controller_runtime_reconcile_time_seconds histogram"));
+
+    stop.shutdown();
+    let r = tokio::time::timeout(Duration::from_secs(10), run).await;
+    assert!(matches!(r, Ok(Ok(Ok(())))), "run ended with {r:?}");
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "admin server still serving"
+    );
+}
+
+/// A manager with one ConfigMap controller; returns the stop handle.
+fn start<F, Fut>(
+    client: &Client,
+    configure: impl FnOnce(&Manager) -> F,
+) -> (
+    kubeforge_runtime::ShutdownHandle,
+    tokio::task::JoinHandle<Result<(), kubeforge_runtime::Error>>,
+    std::net::SocketAddr,
+)
+where
+    F: FnOnce() -> Fut,
+{
+    let (listener, addr) = admin_listener();
+    let mgr = Manager::builder(client.clone())
+        .metrics_listener(listener)
+        .handle_signals(false)
+        .build();
+    let _ = configure(&mgr);
+    let stop = mgr.shutdown_handle();
+    (stop, tokio::spawn(mgr.run()), addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_back_off_exponentially_and_success_resets() {
+    let server = ApiServer::in_memory().await;
+    let client = server.client();
+    let ctx = Arc::new(ctx(&client));
+    let c = ctx.clone();
+    // 40 ms doubling: 40, 80, 160, 320 between the five failing attempts.
+    let (stop, run, addr) = start(&client, |mgr| {
+        mgr.controller::<ConfigMap, _>("flaky", ())
+            .backoff(BackoffConfig {
+                base: Duration::from_millis(40),
+                max: Duration::from_secs(60),
+            })
+            .register(move |cm: Arc<ConfigMap>, _| {
+                let c = c.clone();
+                async move {
+                    let name = cm.metadata.name.clone().unwrap_or_default();
+                    let n = c.calls.record(&name);
+                    let fail_until = if cm.metadata.labels.is_some() { 8 } else { 5 };
+                    if n <= fail_until {
+                        return Err(ReconcileError::new(format!("attempt {n} fails")));
+                    }
+                    Ok(Action::await_change())
+                }
+            });
+        || async {}
+    });
+    create_cm(&client, "flaky").await;
+    eventually("six attempts", Duration::from_secs(10), || async {
+        ctx.calls.count("flaky") >= 6
+    })
+    .await;
+    let t = ctx.calls.times("flaky");
+    for i in 1..t.len().min(6) {
+        let gap = t[i] - t[i - 1];
+        let want = Duration::from_millis(40 << (i - 1));
+        assert!(
+            gap >= want,
+            "retry {i} came after {gap:?}, backoff is {want:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        ctx.calls.count("flaky"),
+        6,
+        "reconciled again after success"
+    );
+
+    let (_, text) = http_get(addr, "/metrics").await;
+    let q = "{name=\"flaky\",controller=\"flaky\"}";
+    assert_eq!(
+        sample(
+            &text,
+            "controller_runtime_reconcile_errors_total{controller=\"flaky\"}"
+        ),
+        Some(5.0)
+    );
+    assert_eq!(
+        sample(&text, &format!("workqueue_retries_total{q}")),
+        Some(5.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "controller_runtime_reconcile_total{controller=\"flaky\",result=\"success\"}"
+        ),
+        Some(1.0)
+    );
+
+    // After the success the backoff starts over: a new failure (attempts 7
+    // and 8 fail now) is retried after 40 ms again, not after 640 ms.
+    patch_cm(
+        &client,
+        "flaky",
+        serde_json::json!({"metadata": {"labels": {"fail": "again"}}}),
+    )
+    .await;
+    eventually("attempts 7-9", Duration::from_secs(10), || async {
+        ctx.calls.count("flaky") >= 9
+    })
+    .await;
+    let t = ctx.calls.times("flaky");
+    let gap = t[7] - t[6];
+    assert!(
+        gap >= Duration::from_millis(40) && gap < Duration::from_millis(600),
+        "first retry after reset took {gap:?}"
+    );
+    stop.shutdown();
+    assert!(matches!(run.await, Ok(Ok(()))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminal_errors_are_counted_not_retried() {
+    let server = ApiServer::in_memory().await;
+    let client = server.client();
+    let ctx = Arc::new(ctx(&client));
+    let c = ctx.clone();
+    let (stop, run, addr) = start(&client, |mgr| {
+        mgr.controller::<ConfigMap, _>("strict", ())
+            .register(move |cm: Arc<ConfigMap>, _| {
+                let c = c.clone();
+                async move {
+                    c.calls
+                        .record(&cm.metadata.name.clone().unwrap_or_default());
+                    Err::<Action, _>(ReconcileError::terminal("spec cannot work"))
+                }
+            });
+        || async {}
+    });
+    create_cm(&client, "bad").await;
+    eventually("first attempt", Duration::from_secs(10), || async {
+        ctx.calls.count("bad") == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(ctx.calls.count("bad"), 1, "a terminal error was retried");
+    let (_, text) = http_get(addr, "/metrics").await;
+    assert_eq!(
+        sample(
+            &text,
+            "controller_runtime_terminal_reconcile_errors_total{controller=\"strict\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "controller_runtime_reconcile_errors_total{controller=\"strict\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "controller_runtime_reconcile_total{controller=\"strict\",result=\"error\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "workqueue_retries_total{name=\"strict\",controller=\"strict\"}"
+        ),
+        Some(0.0)
+    );
+    // A change to the object is reconciled again.
+    patch_cm(&client, "bad", serde_json::json!({"data": {"k": "fixed"}})).await;
+    eventually(
+        "reconciled after change",
+        Duration::from_secs(10),
+        || async { ctx.calls.count("bad") == 2 },
+    )
+    .await;
+    stop.shutdown();
+    assert!(matches!(run.await, Ok(Ok(()))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_reconciler_is_recovered_counted_and_retried() {
+    let server = ApiServer::in_memory().await;
+    let client = server.client();
+    let ctx = Arc::new(ctx(&client));
+    let c = ctx.clone();
+    let (stop, run, addr) = start(&client, |mgr| {
+        mgr.controller::<ConfigMap, _>("fragile", ())
+            .register(move |cm: Arc<ConfigMap>, _| {
+                let c = c.clone();
+                async move {
+                    let name = cm.metadata.name.clone().unwrap_or_default();
+                    let n = c.calls.record(&name);
+                    if name == "boom" && n <= 2 {
+                        panic!("reconciler bug #{n}");
+                    }
+                    Ok(Action::await_change())
+                }
+            });
+        || async {}
+    });
+    create_cm(&client, "boom").await;
+    eventually(
+        "third attempt succeeds",
+        Duration::from_secs(10),
+        || async { ctx.calls.count("boom") >= 3 },
+    )
+    .await;
+    // The controller still works for other objects.
+    create_cm(&client, "calm").await;
+    eventually(
+        "other object reconciled",
+        Duration::from_secs(10),
+        || async { ctx.calls.count("calm") >= 1 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(ctx.calls.count("boom"), 3);
+    let (_, text) = http_get(addr, "/metrics").await;
+    assert_eq!(
+        sample(
+            &text,
+            "controller_runtime_reconcile_panics_total{controller=\"fragile\"}"
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "controller_runtime_reconcile_errors_total{controller=\"fragile\"}"
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "controller_runtime_reconcile_total{controller=\"fragile\",result=\"success\"}"
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "controller_runtime_active_workers{controller=\"fragile\"}"
+        ),
+        Some(0.0)
+    );
+    stop.shutdown();
+    assert!(matches!(run.await, Ok(Ok(()))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_after_reconciles_again_and_is_counted() {
+    let server = ApiServer::in_memory().await;
+    let client = server.client();
+    let ctx = Arc::new(ctx(&client));
+    let c = ctx.clone();
+    let (stop, run, addr) = start(&client, |mgr| {
+        mgr.controller::<ConfigMap, _>("periodic", ())
+            .register(move |cm: Arc<ConfigMap>, _| {
+                let c = c.clone();
+                async move {
+                    let n = c
+                        .calls
+                        .record(&cm.metadata.name.clone().unwrap_or_default());
+                    Ok(if n < 3 {
+                        Action::requeue(Duration::from_millis(100))
+                    } else {
+                        Action::await_change()
+                    })
+                }
+            });
+        || async {}
+    });
+    create_cm(&client, "tick").await;
+    eventually("three reconciles", Duration::from_secs(10), || async {
+        ctx.calls.count("tick") >= 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(ctx.calls.count("tick"), 3);
+    let t = ctx.calls.times("tick");
+    assert!(t[1] - t[0] >= Duration::from_millis(100));
+    let (_, text) = http_get(addr, "/metrics").await;
+    assert_eq!(
+        sample(
+            &text,
+            "controller_runtime_reconcile_total{controller=\"periodic\",result=\"requeue_after\"}"
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "controller_runtime_reconcile_total{controller=\"periodic\",result=\"success\"}"
+        ),
+        Some(1.0)
+    );
+    stop.shutdown();
+    assert!(matches!(run.await, Ok(Ok(()))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owns_watches_and_predicates_route_the_right_events() {
+    let server = ApiServer::in_memory().await;
+    let client = server.client();
+    let ctx = Arc::new(ctx(&client));
+    let c = ctx.clone();
+    let (stop, run, _addr) = start(&client, |mgr| {
+        mgr.controller::<ConfigMap, _>("parents", ())
+            .owns::<Secret>()
+            .watches::<ServiceAccount, _>(|sa: &ServiceAccount| {
+                sa.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("for"))
+                    .map(|p| ObjectRef::<ConfigMap>::new(p).within("default"))
+            })
+            .with_predicate(predicates::labels_changed())
+            .register(move |cm: Arc<ConfigMap>, _| {
+                let c = c.clone();
+                async move {
+                    c.calls
+                        .record(&cm.metadata.name.clone().unwrap_or_default());
+                    Ok(Action::await_change())
+                }
+            });
+        || async {}
+    });
+    let parent = create_cm(&client, "parent").await;
+    eventually(
+        "created parent reconciled",
+        Duration::from_secs(10),
+        || async { ctx.calls.count("parent") == 1 },
+    )
+    .await;
+
+    // Predicate: an annotation-only update is filtered, a label change is not.
+    patch_cm(
+        &client,
+        "parent",
+        serde_json::json!({"metadata": {"annotations": {"a": "1"}}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        ctx.calls.count("parent"),
+        1,
+        "annotation-only update passed labels_changed"
+    );
+    patch_cm(
+        &client,
+        "parent",
+        serde_json::json!({"metadata": {"labels": {"l": "1"}}}),
+    )
+    .await;
+    eventually(
+        "label change reconciled",
+        Duration::from_secs(10),
+        || async { ctx.calls.count("parent") == 2 },
+    )
+    .await;
+
+    // Owns: a Secret controlled by the parent triggers it on create, update, delete.
+    let mut secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("child".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    kubeforge_runtime::owner::set_controller_reference(&parent, &mut secret.metadata)
+        .expect("owner ref");
+    let secrets = Api::<Secret>::namespaced(client.clone(), "default");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    eventually("child create → parent", Duration::from_secs(10), || async {
+        ctx.calls.count("parent") == 3
+    })
+    .await;
+    secrets
+        .patch(
+            "child",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"stringData": {"x": "y"}})),
+        )
+        .await
+        .expect("patch secret");
+    eventually("child update → parent", Duration::from_secs(10), || async {
+        ctx.calls.count("parent") == 4
+    })
+    .await;
+    secrets
+        .delete("child", &DeleteParams::default())
+        .await
+        .expect("delete secret");
+    eventually("child delete → parent", Duration::from_secs(10), || async {
+        ctx.calls.count("parent") == 5
+    })
+    .await;
+    // A Secret with no owner reaches nobody.
+    let mut orphan = secret.clone();
+    orphan.metadata.name = Some("orphan".into());
+    orphan.metadata.owner_references = None;
+    secrets
+        .create(&PostParams::default(), &orphan)
+        .await
+        .expect("create orphan");
+
+    // Watches: a ServiceAccount labelled for the parent maps to it.
+    let sa = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some("sa".into()),
+            namespace: Some("default".into()),
+            labels: Some(BTreeMap::from([("for".to_string(), "parent".to_string())])),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<ServiceAccount>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &sa)
+        .await
+        .expect("create sa");
+    eventually("mapped watch → parent", Duration::from_secs(10), || async {
+        ctx.calls.count("parent") == 6
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(ctx.calls.count("parent"), 6);
+    stop.shutdown();
+    assert!(matches!(run.await, Ok(Ok(()))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_watch_per_kind_and_pruned_cache() {
+    let server = ApiServer::in_memory().await;
+    let user = server.client();
+    create_cm(&user, "pre").await;
+    let tapped = tapped_client(&server, true);
+    let mgr = Manager::builder(tapped.client.clone())
+        .handle_signals(false)
+        .build();
+    let a = Arc::new(ctx(&user));
+    let b = Arc::new(ctx(&user));
+    let (a2, b2) = (a.clone(), b.clone());
+    mgr.controller::<ConfigMap, _>("first", ())
+        .register(move |cm: Arc<ConfigMap>, _| {
+            let a = a2.clone();
+            async move {
+                a.calls
+                    .record(&cm.metadata.name.clone().unwrap_or_default());
+                Ok(Action::await_change())
+            }
+        });
+    mgr.controller::<ConfigMap, _>("second", ())
+        .owns::<ConfigMap>()
+        .register(move |cm: Arc<ConfigMap>, _| {
+            let b = b2.clone();
+            async move {
+                b.calls
+                    .record(&cm.metadata.name.clone().unwrap_or_default());
+                Ok(Action::await_change())
+            }
+        });
+    let store = mgr.store::<ConfigMap>();
+    let stop = mgr.shutdown_handle();
+    let run = tokio::spawn(mgr.run());
+    create_cm(&user, "post").await;
+    eventually(
+        "both controllers saw both",
+        Duration::from_secs(10),
+        || async {
+            a.calls.count("pre") >= 1
+                && a.calls.count("post") >= 1
+                && b.calls.count("pre") >= 1
+                && b.calls.count("post") >= 1
+        },
+    )
+    .await;
+    assert_eq!(
+        tapped.count(&["configmaps", "watch=true"]),
+        1,
+        "{:?}",
+        tapped.log.lock().map(|l| l.clone())
+    );
+    assert_eq!(
+        tapped.count(&["GET", "configmaps"]) - tapped.count(&["configmaps", "watch=true"]),
+        1
+    );
+
+    // The server keeps managedFields; the cache does not.
+    let stored = Api::<ConfigMap>::namespaced(user.clone(), "default")
+        .get("post")
+        .await
+        .expect("get");
+    assert!(
+        stored
+            .metadata
+            .managed_fields
+            .is_some_and(|m| !m.is_empty())
+    );
+    let cached = store
+        .get(&ObjectRef::new("post").within("default"))
+        .expect("cached");
+    assert!(cached.metadata.managed_fields.is_none());
+    assert_eq!(cached.data, stored.data);
+    stop.shutdown();
+    assert!(matches!(run.await, Ok(Ok(()))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_reconciles_in_flight_within_the_grace_period() {
+    let server = ApiServer::in_memory().await;
+    let client = server.client();
+    let finished = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    let run_with = |grace: Duration, work: Duration| {
+        let mgr = Manager::builder(client.clone())
+            .handle_signals(false)
+            .graceful_shutdown_timeout(grace)
+            .build();
+        let (f, s) = (finished.clone(), started.clone());
+        mgr.controller::<ConfigMap, _>("slow", ())
+            .register(move |_cm: Arc<ConfigMap>, _| {
+                let (f, s) = (f.clone(), s.clone());
+                async move {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(work).await;
+                    f.fetch_add(1, Ordering::SeqCst);
+                    Ok(Action::await_change())
+                }
+            });
+        let stop = mgr.shutdown_handle();
+        (stop, tokio::spawn(mgr.run()))
+    };
+    create_cm(&client, "one").await;
+
+    // In grace: the reconcile in flight completes before run returns.
+    let (stop, run) = run_with(Duration::from_secs(10), Duration::from_millis(300));
+    eventually("started", Duration::from_secs(10), || async {
+        started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    stop.shutdown();
+    assert!(matches!(run.await, Ok(Ok(()))));
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        1,
+        "run returned before the reconcile finished"
+    );
+
+    // Past grace: run returns anyway and the reconcile is abandoned.
+    let (stop, run) = run_with(Duration::from_millis(200), Duration::from_secs(60));
+    eventually("started again", Duration::from_secs(10), || async {
+        started.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    stop.shutdown();
+    let r = tokio::time::timeout(Duration::from_secs(10), run).await;
+    assert!(matches!(r, Ok(Ok(Ok(())))), "{r:?}");
+    assert_eq!(finished.load(Ordering::SeqCst), 1);
+}
