@@ -5,6 +5,8 @@
 //! collector, namespace controller). `kubeforge apiserver` runs just the API
 //! server.
 
+mod operator;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -33,6 +35,9 @@ enum Command {
     /// Run only the API server (no garbage collector or namespace
     /// controller: deleting a namespace then empties it at once).
     Apiserver(ServeArgs),
+    /// Run a reference operator (memcached, crontab) against a cluster, or
+    /// print its CRD.
+    Operator(operator::OperatorArgs),
 }
 
 #[derive(Args, Clone)]
@@ -74,6 +79,7 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Up(args) => rt.block_on(serve(args, true)),
         Command::Apiserver(args) => rt.block_on(serve(args, false)),
+        Command::Operator(args) => rt.block_on(operator::run(args)),
     }
 }
 

@@ -40,7 +40,8 @@ pub enum CrdError {
     Yaml(String),
 }
 
-const KNOWN: &str = "memcached (memcacheds.cache.example.com), crontab (crontabs.stable.example.com)";
+const KNOWN: &str =
+    "memcached (memcacheds.cache.example.com), crontab (crontabs.stable.example.com)";
 
 /// The CRDs of this crate's operators, with the file name each has under
 /// `config/crd/bases/`.
@@ -50,10 +51,7 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
             "cache.example.com_memcacheds.yaml",
             memcached::Memcached::crd(),
         ),
-        (
-            "stable.example.com_crontabs.yaml",
-            crontab::CronTab::crd(),
-        ),
+        ("stable.example.com_crontabs.yaml", crontab::CronTab::crd()),
     ]
 }
 

@@ -58,7 +58,11 @@ fn crds_carry_the_validation_the_issue_asks_for() {
     assert_eq!(ct["spec"]["names"]["shortNames"][0], "ct");
     let v = &ct["spec"]["versions"][0];
     let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
-    assert!(spec["cronSpec"]["pattern"].as_str().is_some_and(|p| p.starts_with('^')));
+    assert!(
+        spec["cronSpec"]["pattern"]
+            .as_str()
+            .is_some_and(|p| p.starts_with('^'))
+    );
     assert_eq!(
         spec["concurrencyPolicy"]["enum"],
         serde_json::json!(["Allow", "Forbid", "Replace"])

@@ -10,12 +10,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Running, eventually, events_for};
+use common::{Running, events_for, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubeforge_operators::memcached::controller::{self, FINALIZER, Options};
 use kubeforge_operators::memcached::{Memcached, desired};
 use kubeforge_runtime::{LeaderElection, Manager};
@@ -85,7 +85,10 @@ async fn size_3_to_1_to_deleted() {
     let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
 
     let created = mcs
-        .create(&PostParams::default(), &Memcached::with_size(ns, "cache", 3))
+        .create(
+            &PostParams::default(),
+            &Memcached::with_size(ns, "cache", 3),
+        )
         .await
         .unwrap();
     // A Deployment with 3 replicas, controlled by the Memcached.
@@ -98,7 +101,15 @@ async fn size_3_to_1_to_deleted() {
     assert_eq!(owner.kind, "Memcached");
     assert_eq!(Some(&owner.uid), created.metadata.uid.as_ref());
     assert_eq!(owner.controller, Some(true));
-    let image = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0]
+    let image = d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
         .image
         .clone();
     assert_eq!(image.as_deref(), Some("example.test/memcached:1"));
@@ -141,9 +152,13 @@ async fn size_3_to_1_to_deleted() {
     assert!(m.status.as_ref().unwrap().last_updated.is_some());
 
     // size 3 → 1: the Deployment is scaled, the status follows generation 2.
-    mcs.patch("cache", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"size": 1}})))
-        .await
-        .unwrap();
+    mcs.patch(
+        "cache",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"size": 1}})),
+    )
+    .await
+    .unwrap();
     eventually(10, "the Deployment scaled to 1", || async {
         (replicas(&deps.get("cache").await.unwrap()) == Some(1)).then_some(())
     })
@@ -163,7 +178,9 @@ async fn size_3_to_1_to_deleted() {
 
     // A Deployment deleted by hand comes back.
     let old_uid = deps.get("cache").await.unwrap().uid();
-    deps.delete("cache", &DeleteParams::default()).await.unwrap();
+    deps.delete("cache", &DeleteParams::default())
+        .await
+        .unwrap();
     let back = eventually(10, "the Deployment recreated", || async {
         let d = deps.get_opt("cache").await.unwrap()?;
         (d.uid() != old_uid && d.metadata.deletion_timestamp.is_none()).then_some(d)
@@ -183,7 +200,13 @@ async fn size_3_to_1_to_deleted() {
         .iter()
         .find(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some("Deleting"))
         .unwrap_or_else(|| panic!("a Warning Deleting event: {evs:?}"));
-    assert!(warning.message.as_deref().unwrap_or("").contains("is being deleted"));
+    assert!(
+        warning
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("is being deleted")
+    );
     eventually(15, "the Deployment garbage-collected", || async {
         deps.get_opt("cache").await.unwrap().is_none().then_some(())
     })
@@ -210,16 +233,28 @@ async fn someone_elses_deployment_is_not_taken_over() {
     deps.create(&PostParams::default(), &foreign).await.unwrap();
     let op = operator(client.clone());
     let mcs: Api<Memcached> = Api::namespaced(client.clone(), ns);
-    mcs.create(&PostParams::default(), &Memcached::with_size(ns, "cache", 3))
-        .await
-        .unwrap();
+    mcs.create(
+        &PostParams::default(),
+        &Memcached::with_size(ns, "cache", 3),
+    )
+    .await
+    .unwrap();
     let m = eventually(10, "Degraded=True", || async {
         let m = mcs.get("cache").await.unwrap();
         (condition(&m, "Degraded")?.0 == "True").then_some(m)
     })
     .await;
     assert_eq!(condition(&m, "Degraded").unwrap().1, "DeploymentFailed");
-    assert!(mcs.get("cache").await.unwrap().status.unwrap().conditions.iter().any(|c| c.message.contains("not controlled by this Memcached")));
+    assert!(
+        mcs.get("cache")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .conditions
+            .iter()
+            .any(|c| c.message.contains("not controlled by this Memcached"))
+    );
     // Left alone.
     assert_eq!(replicas(&deps.get("cache").await.unwrap()), Some(2));
     op.stop().await;
@@ -231,9 +266,15 @@ async fn bad_sizes_are_refused_naming_the_field() {
     let env = common::env(Faults::new()).await;
     let client = env.client();
     let mcs: Api<Memcached> = Api::namespaced(client.clone(), "default");
-    for (size, words) in [(0, "greater than or equal to 1"), (100, "less than or equal to 5")] {
+    for (size, words) in [
+        (0, "greater than or equal to 1"),
+        (100, "less than or equal to 5"),
+    ] {
         let err = mcs
-            .create(&PostParams::default(), &Memcached::with_size("default", "bad", size))
+            .create(
+                &PostParams::default(),
+                &Memcached::with_size("default", "bad", size),
+            )
             .await
             .unwrap_err();
         let kube::Error::Api(status) = err else {
@@ -297,9 +338,12 @@ async fn two_replicas_with_leader_election() {
         (l.spec?.holder_identity? == "replica-b").then_some(())
     })
     .await;
-    mcs.create(&PostParams::default(), &Memcached::with_size(ns, "three", 1))
-        .await
-        .unwrap();
+    mcs.create(
+        &PostParams::default(),
+        &Memcached::with_size(ns, "three", 1),
+    )
+    .await
+    .unwrap();
     eventually(10, "a Deployment from the new leader", || async {
         deps.get_opt("three").await.unwrap().map(|_| ())
     })

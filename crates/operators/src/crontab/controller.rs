@@ -114,17 +114,19 @@ pub async fn reconcile(ct: Arc<CronTab>, ctx: Arc<Context>) -> Result<Action, Re
                 .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
         })
         .collect();
-    owned.sort_by(|a, b| a.name_any().cmp(&b.name_any()));
+    owned.sort_by_key(|j| j.name_any());
 
     let status = ct.status.clone().unwrap_or_default();
     let mut last_successful = status.last_successful_time.as_ref().map(|t| t.0);
     for j in &owned {
-        if let JobState::Succeeded(Some(done)) = jobs::state(j) {
-            if last_successful.is_none_or(|l| done > l) {
-                last_successful = Some(done);
-                let note = format!("Saw completed job: {}, status: Complete", j.name_any());
-                ctx.events.normal(&*ct, "SawCompletedJob", "Track", &note).await?;
-            }
+        if let JobState::Succeeded(Some(done)) = jobs::state(j)
+            && last_successful.is_none_or(|l| done > l)
+        {
+            last_successful = Some(done);
+            let note = format!("Saw completed job: {}, status: Complete", j.name_any());
+            ctx.events
+                .normal(&*ct, "SawCompletedJob", "Track", &note)
+                .await?;
         }
     }
     let mut active: Vec<Arc<Job>> = owned
@@ -166,7 +168,9 @@ pub async fn reconcile(ct: Arc<CronTab>, ctx: Arc<Context>) -> Result<Action, Re
     match plan.skipped {
         Some(Skip::TooLate(t)) => {
             let note = format!("Missed scheduled time to start a job: {t}");
-            ctx.events.warning(&*ct, "MissSchedule", "Schedule", &note).await?;
+            ctx.events
+                .warning(&*ct, "MissSchedule", "Schedule", &note)
+                .await?;
         }
         Some(Skip::Forbidden(t)) => {
             debug!(namespace = %ns, name = %name, scheduled = %t, "Forbid: a job is still active, skipping");
@@ -192,7 +196,9 @@ pub async fn reconcile(ct: Arc<CronTab>, ctx: Arc<Context>) -> Result<Action, Re
                 Ok(created) => {
                     info!(namespace = %ns, name = %name, job = %job_name, scheduled = %t, "created job");
                     let note = format!("Created job {job_name}");
-                    ctx.events.normal(&*ct, "SuccessfulCreate", "Create", &note).await?;
+                    ctx.events
+                        .normal(&*ct, "SuccessfulCreate", "Create", &note)
+                        .await?;
                     active.push(Arc::new(created));
                 }
                 Err(e) if kube_errors::is_already_exists(&e) => {
@@ -224,7 +230,7 @@ pub async fn reconcile(ct: Arc<CronTab>, ctx: Arc<Context>) -> Result<Action, Re
         }
     }
 
-    active.sort_by(|a, b| a.name_any().cmp(&b.name_any()));
+    active.sort_by_key(|j| j.name_any());
     active.dedup_by(|a, b| a.name_any() == b.name_any());
     let refs: Vec<_> = active.iter().map(|j| jobs::reference(j)).collect();
     let changed = status.last_schedule_time.as_ref().map(|t| t.0) != last_schedule
@@ -265,7 +271,11 @@ async fn delete_job(
         Ok(_) => {
             debug!(job = %name, why, "deleted job");
             let note = format!("Deleted job {name} ({why})");
-            if let Err(e) = ctx.events.normal(ct, "SuccessfulDelete", "Delete", &note).await {
+            if let Err(e) = ctx
+                .events
+                .normal(ct, "SuccessfulDelete", "Delete", &note)
+                .await
+            {
                 warn!(job = %name, error = %e, "publishing event");
             }
             Ok(())

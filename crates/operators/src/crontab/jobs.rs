@@ -124,11 +124,20 @@ mod tests {
     fn job_is_owned_named_and_annotated() {
         let t: Timestamp = "2026-01-01T10:01:00Z".parse().unwrap();
         let j = job(&stored(), t).unwrap();
-        assert_eq!(j.metadata.name.as_deref(), Some(job_name("backup", t).as_str()));
+        assert_eq!(
+            j.metadata.name.as_deref(),
+            Some(job_name("backup", t).as_str())
+        );
         assert_eq!(j.metadata.namespace.as_deref(), Some("ns1"));
         let o = &j.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!((o.kind.as_str(), o.uid.as_str(), o.controller), ("CronTab", "uid-7", Some(true)));
-        assert_eq!(j.annotations().get(SCHEDULED_AT).unwrap(), "2026-01-01T10:01:00Z");
+        assert_eq!(
+            (o.kind.as_str(), o.uid.as_str(), o.controller),
+            ("CronTab", "uid-7", Some(true))
+        );
+        assert_eq!(
+            j.annotations().get(SCHEDULED_AT).unwrap(),
+            "2026-01-01T10:01:00Z"
+        );
         let pod = j.spec.unwrap().template.spec.unwrap();
         assert_eq!(pod.containers[0].image.as_deref(), Some("busybox"));
         assert_eq!(pod.restart_policy.as_deref(), Some("OnFailure"));

@@ -258,7 +258,11 @@ pub fn plan(schedule: &Schedule, input: &ScheduleInput) -> Plan {
 }
 
 /// How long to wait (from `now`) before looking again.
-pub fn requeue_after(next: Option<Timestamp>, now: Timestamp, clock_max: Option<Duration>) -> Duration {
+pub fn requeue_after(
+    next: Option<Timestamp>,
+    now: Timestamp,
+    clock_max: Option<Duration>,
+) -> Duration {
     // Without a next time (an impossible date such as 30 Feb), look again
     // hourly: the spec may change.
     let until = next
@@ -304,7 +308,11 @@ pub struct JobSummary {
 
 /// Names of finished Jobs to delete so at most `successful_limit`
 /// successful and `failed_limit` failed ones remain (the oldest go first).
-pub fn history_to_delete(jobs: &[JobSummary], successful_limit: i32, failed_limit: i32) -> Vec<String> {
+pub fn history_to_delete(
+    jobs: &[JobSummary],
+    successful_limit: i32,
+    failed_limit: i32,
+) -> Vec<String> {
     let mut out = Vec::new();
     for (limit, is_kind) in [
         (
@@ -345,7 +353,13 @@ mod tests {
 
     #[test]
     fn parses_standard_syntax_and_refuses_the_rest() {
-        for ok in ["*/1 * * * *", "0 0 * * 0", "0 0 * * 7", "@hourly", "0 9 * jan mon-fri"] {
+        for ok in [
+            "*/1 * * * *",
+            "0 0 * * 0",
+            "0 0 * * 7",
+            "@hourly",
+            "0 9 * jan mon-fri",
+        ] {
             Schedule::parse(ok).unwrap();
         }
         for bad in ["61 * * * *", "* * * *", "0 * * * * *", "", "hello"] {
@@ -357,8 +371,14 @@ mod tests {
     #[test]
     fn next_and_latest() {
         let s = Schedule::parse("*/15 * * * *").unwrap();
-        assert_eq!(s.next_after(ts("2026-01-01T10:00:00Z")), Some(ts("2026-01-01T10:15:00Z")));
-        assert_eq!(s.next_after(ts("2026-01-01T10:07:30Z")), Some(ts("2026-01-01T10:15:00Z")));
+        assert_eq!(
+            s.next_after(ts("2026-01-01T10:00:00Z")),
+            Some(ts("2026-01-01T10:15:00Z"))
+        );
+        assert_eq!(
+            s.next_after(ts("2026-01-01T10:07:30Z")),
+            Some(ts("2026-01-01T10:15:00Z"))
+        );
         assert_eq!(
             s.latest_at_or_before(ts("2026-01-01T10:15:00Z")),
             Some(ts("2026-01-01T10:15:00Z"))
@@ -369,13 +389,19 @@ mod tests {
         );
         // 7 is Sunday, like 0; 2026-01-04 is a Sunday.
         let sunday = Schedule::parse("0 0 * * 7").unwrap();
-        assert_eq!(sunday.next_after(ts("2026-01-01T00:00:00Z")), Some(ts("2026-01-04T00:00:00Z")));
+        assert_eq!(
+            sunday.next_after(ts("2026-01-01T00:00:00Z")),
+            Some(ts("2026-01-04T00:00:00Z"))
+        );
     }
 
     #[test]
     fn nothing_due_before_the_first_time() {
         let s = Schedule::parse("*/1 * * * *").unwrap();
-        let p = plan(&s, &input("2026-01-01T10:00:10Z", None, "2026-01-01T10:00:50Z"));
+        let p = plan(
+            &s,
+            &input("2026-01-01T10:00:10Z", None, "2026-01-01T10:00:50Z"),
+        );
         assert_eq!(p.run, None);
         assert_eq!(p.missed, 0);
         assert_eq!(p.next, Some(ts("2026-01-01T10:01:00Z")));
@@ -384,13 +410,20 @@ mod tests {
     #[test]
     fn one_run_per_minute() {
         let s = Schedule::parse("*/1 * * * *").unwrap();
-        let p = plan(&s, &input("2026-01-01T10:00:10Z", None, "2026-01-01T10:01:00Z"));
+        let p = plan(
+            &s,
+            &input("2026-01-01T10:00:10Z", None, "2026-01-01T10:01:00Z"),
+        );
         assert_eq!(p.run, Some(ts("2026-01-01T10:01:00Z")));
         assert_eq!(p.missed, 1);
         // After that run, nothing until 10:02.
         let p = plan(
             &s,
-            &input("2026-01-01T10:00:10Z", Some("2026-01-01T10:01:00Z"), "2026-01-01T10:01:40Z"),
+            &input(
+                "2026-01-01T10:00:10Z",
+                Some("2026-01-01T10:01:00Z"),
+                "2026-01-01T10:01:40Z",
+            ),
         );
         assert_eq!(p.run, None);
         assert_eq!(p.next, Some(ts("2026-01-01T10:02:00Z")));
@@ -401,7 +434,11 @@ mod tests {
         let s = Schedule::parse("*/1 * * * *").unwrap();
         let p = plan(
             &s,
-            &input("2026-01-01T10:00:00Z", Some("2026-01-01T10:01:00Z"), "2026-01-01T10:05:30Z"),
+            &input(
+                "2026-01-01T10:00:00Z",
+                Some("2026-01-01T10:01:00Z"),
+                "2026-01-01T10:05:30Z",
+            ),
         );
         assert_eq!(p.run, Some(ts("2026-01-01T10:05:00Z")));
         assert_eq!(p.missed, 4);
@@ -413,7 +450,11 @@ mod tests {
         let s = Schedule::parse("*/1 * * * *").unwrap();
         let p = plan(
             &s,
-            &input("2026-01-01T00:00:00Z", Some("2026-01-01T00:00:00Z"), "2026-01-02T00:00:30Z"),
+            &input(
+                "2026-01-01T00:00:00Z",
+                Some("2026-01-01T00:00:00Z"),
+                "2026-01-02T00:00:30Z",
+            ),
         );
         assert!(p.too_many_missed);
         assert_eq!(p.run, Some(ts("2026-01-02T00:00:00Z")));
@@ -424,7 +465,11 @@ mod tests {
         let s = Schedule::parse("*/1 * * * *").unwrap();
         // A day missed, but a 200 s deadline: only the last 3 minutes count,
         // so no warning, and the 10:00 run (30 s late) still runs.
-        let mut i = input("2026-01-01T00:00:00Z", Some("2026-01-01T00:00:00Z"), "2026-01-02T10:00:30Z");
+        let mut i = input(
+            "2026-01-01T00:00:00Z",
+            Some("2026-01-01T00:00:00Z"),
+            "2026-01-02T10:00:30Z",
+        );
         i.starting_deadline_seconds = Some(200);
         let p = plan(&s, &i);
         assert!(!p.too_many_missed);
@@ -462,17 +507,27 @@ mod tests {
     #[test]
     fn concurrency_policies() {
         let s = Schedule::parse("*/1 * * * *").unwrap();
-        let mut i = input("2026-01-01T10:00:10Z", Some("2026-01-01T10:01:00Z"), "2026-01-01T10:02:00Z");
+        let mut i = input(
+            "2026-01-01T10:00:10Z",
+            Some("2026-01-01T10:01:00Z"),
+            "2026-01-01T10:02:00Z",
+        );
         i.active_jobs = 1;
         let p = plan(&s, &i);
-        assert_eq!((p.run, p.replace_active), (Some(ts("2026-01-01T10:02:00Z")), false));
+        assert_eq!(
+            (p.run, p.replace_active),
+            (Some(ts("2026-01-01T10:02:00Z")), false)
+        );
         i.policy = ConcurrencyPolicy::Forbid;
         let p = plan(&s, &i);
         assert_eq!(p.run, None);
         assert_eq!(p.skipped, Some(Skip::Forbidden(ts("2026-01-01T10:02:00Z"))));
         i.policy = ConcurrencyPolicy::Replace;
         let p = plan(&s, &i);
-        assert_eq!((p.run, p.replace_active), (Some(ts("2026-01-01T10:02:00Z")), true));
+        assert_eq!(
+            (p.run, p.replace_active),
+            (Some(ts("2026-01-01T10:02:00Z")), true)
+        );
         i.active_jobs = 0;
         let p = plan(&s, &i);
         assert!(!p.replace_active);
@@ -492,18 +547,27 @@ mod tests {
     fn requeue_waits_for_the_next_time_or_the_clock_limit() {
         let now = ts("2026-01-01T10:00:30Z");
         let next = Some(ts("2026-01-01T10:01:00Z"));
-        assert_eq!(requeue_after(next, now, None), Duration::from_millis(30_100));
+        assert_eq!(
+            requeue_after(next, now, None),
+            Duration::from_millis(30_100)
+        );
         assert_eq!(
             requeue_after(next, now, Some(Duration::from_millis(20))),
             Duration::from_millis(20)
         );
-        assert_eq!(requeue_after(None, now, None), Duration::from_millis(3_600_100));
+        assert_eq!(
+            requeue_after(None, now, None),
+            Duration::from_millis(3_600_100)
+        );
     }
 
     #[test]
     fn job_names_are_stable_per_scheduled_minute() {
         assert_eq!(job_name("backup", ts("1970-01-01T01:00:00Z")), "backup-60");
-        assert_eq!(job_name("backup", ts("2026-01-01T10:01:00Z")), job_name("backup", ts("2026-01-01T10:01:00Z")));
+        assert_eq!(
+            job_name("backup", ts("2026-01-01T10:01:00Z")),
+            job_name("backup", ts("2026-01-01T10:01:00Z"))
+        );
     }
 
     #[test]

@@ -185,20 +185,21 @@ async fn ensure_deployment(
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
     let want = desired::deployment(m, &ctx.options.image).ok_or(DeploymentError::NotOwned)?;
     let name = m.name_any();
-    let live = match ctx.deployments.get(&key::<Deployment>(m)) {
-        Some(d) => Some((*d).clone()),
-        None => None,
-    };
+    let live = ctx
+        .deployments
+        .get(&key::<Deployment>(m))
+        .map(|d| (*d).clone());
     let live = match live {
         Some(d) => d,
         None => match api.create(&PostParams::default(), &want).await {
             Ok(d) => {
                 info!(namespace = %ns, name = %name, replicas = m.spec.size, "created Deployment");
-                let note = format!(
-                    "Deployment {name} with {} replicas created",
-                    m.spec.size
-                );
-                if let Err(e) = ctx.events.normal(m, "Created", "CreateDeployment", &note).await {
+                let note = format!("Deployment {name} with {} replicas created", m.spec.size);
+                if let Err(e) = ctx
+                    .events
+                    .normal(m, "Created", "CreateDeployment", &note)
+                    .await
+                {
                     warn!(namespace = %ns, name = %name, error = %e, "publishing event");
                 }
                 return Ok(d);
@@ -221,10 +222,8 @@ async fn ensure_deployment(
     };
     let mut patch = json!({"spec": {"replicas": m.spec.size}});
     if drift.container {
-        patch["spec"]["template"] = serde_json::to_value(
-            want.spec.as_ref().map(|s| &s.template),
-        )
-        .map_err(|e| kube::Error::SerdeError(e))?;
+        patch["spec"]["template"] = serde_json::to_value(want.spec.as_ref().map(|s| &s.template))
+            .map_err(kube::Error::SerdeError)?;
     }
     // Strategic merge: containers merge by name.
     let updated = api
@@ -233,8 +232,15 @@ async fn ensure_deployment(
     let old = live.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     if drift.replicas {
         info!(namespace = %ns, name = %name, from = old, to = m.spec.size, "resized Deployment");
-        let note = format!("Deployment {name} scaled from {old} to {} replicas", m.spec.size);
-        if let Err(e) = ctx.events.normal(m, "Scaled", "ScaleDeployment", &note).await {
+        let note = format!(
+            "Deployment {name} scaled from {old} to {} replicas",
+            m.spec.size
+        );
+        if let Err(e) = ctx
+            .events
+            .normal(m, "Scaled", "ScaleDeployment", &note)
+            .await
+        {
             warn!(namespace = %ns, name = %name, error = %e, "publishing event");
         }
     }
@@ -330,7 +336,11 @@ async fn write_status(
 /// The finalizer's cleanup: report it (Degraded=Finalizing, a Warning
 /// event) and let the object go. The Deployment needs no explicit delete:
 /// it is owned, so the garbage collector removes it.
-async fn finalize(api: &Api<Memcached>, m: &Memcached, ctx: &Context) -> Result<(), ReconcileError> {
+async fn finalize(
+    api: &Api<Memcached>,
+    m: &Memcached,
+    ctx: &Context,
+) -> Result<(), ReconcileError> {
     let name = m.name_any();
     let ns = m.namespace().unwrap_or_default();
     let mut status = m.status.clone().unwrap_or_default();
@@ -344,7 +354,10 @@ async fn finalize(api: &Api<Memcached>, m: &Memcached, ctx: &Context) -> Result<
         let mut with = m.clone();
         status.last_updated = Some(Time(jiff::Timestamp::now()));
         with.status = Some(status);
-        match api.replace_status(&name, &PostParams::default(), &with).await {
+        match api
+            .replace_status(&name, &PostParams::default(), &with)
+            .await
+        {
             Ok(written) => resource_version = written.resource_version(),
             // Gone meanwhile: nothing left to do.
             Err(e) if kube_errors::is_not_found(&e) => return Ok(()),

@@ -42,7 +42,10 @@ pub fn image_from_env() -> String {
 /// Labels on the Deployment, its selector and its pods.
 pub fn labels(m: &Memcached) -> BTreeMap<String, String> {
     BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), "memcached".to_string()),
+        (
+            "app.kubernetes.io/name".to_string(),
+            "memcached".to_string(),
+        ),
         ("app.kubernetes.io/instance".to_string(), m.name_any()),
         (
             "app.kubernetes.io/managed-by".to_string(),
@@ -251,7 +254,8 @@ pub fn conditions(
     let default_status = DeploymentStatus::default();
     let st = d.status.as_ref().unwrap_or(&default_status);
     let generation = d.metadata.generation.unwrap_or(0);
-    let seen = st.observed_generation.unwrap_or(0) >= generation && st.observed_generation.is_some();
+    let seen =
+        st.observed_generation.unwrap_or(0) >= generation && st.observed_generation.is_some();
     let available = st.available_replicas.unwrap_or(0);
     let updated = st.updated_replicas.unwrap_or(0);
     let total = st.replicas.unwrap_or(0);
@@ -260,11 +264,9 @@ pub fn conditions(
         .iter()
         .flatten()
         .find(|c| c.type_ == "ReplicaFailure" && c.status == "True");
-    let deadline_exceeded = st
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded"));
+    let deadline_exceeded = st.conditions.iter().flatten().find(|c| {
+        c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+    });
 
     let is_available = seen && available >= size;
     let availability = if is_available {
@@ -381,7 +383,12 @@ mod tests {
         let c = &pod.containers[0];
         assert_eq!(c.image.as_deref(), Some("example/memcached:test"));
         assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 11211);
-        assert!(c.command.as_ref().unwrap().contains(&"--port=11211".to_string()));
+        assert!(
+            c.command
+                .as_ref()
+                .unwrap()
+                .contains(&"--port=11211".to_string())
+        );
         let sc = c.security_context.as_ref().unwrap();
         assert_eq!(sc.run_as_non_root, Some(true));
         assert_eq!(sc.allow_privilege_escalation, Some(false));
@@ -404,7 +411,12 @@ mod tests {
         let d = deployment(&m, DEFAULT_IMAGE).unwrap();
         let c = &d.spec.unwrap().template.spec.unwrap().containers[0];
         assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 12000);
-        assert!(c.command.as_ref().unwrap().contains(&"--port=12000".to_string()));
+        assert!(
+            c.command
+                .as_ref()
+                .unwrap()
+                .contains(&"--port=12000".to_string())
+        );
     }
 
     #[test]
@@ -454,7 +466,10 @@ mod tests {
     #[test]
     fn conditions_without_deployment() {
         let [a, p, d] = conditions(3, None, None);
-        assert_eq!((a.type_, a.status, a.reason), (AVAILABLE, "Unknown", "Reconciling"));
+        assert_eq!(
+            (a.type_, a.status, a.reason),
+            (AVAILABLE, "Unknown", "Reconciling")
+        );
         assert_eq!((p.status, p.reason), ("True", "CreatingDeployment"));
         assert_eq!((d.status, d.reason), ("False", "AsExpected"));
         let [_, _, d] = conditions(3, None, Some("forbidden"));

@@ -28,7 +28,11 @@ pub const DEFAULT_CONTAINER_PORT: i32 = 11211;
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Available\")].status"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct MemcachedSpec {

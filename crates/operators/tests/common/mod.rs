@@ -84,7 +84,10 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs} s waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
