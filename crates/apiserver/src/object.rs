@@ -38,6 +38,68 @@ pub fn random_suffix() -> String {
         .collect()
 }
 
+/// An object serialized before the store's write lock is taken, with a
+/// slot for the resourceVersion the store assigns: under the lock only a
+/// copy remains, so concurrent writers don't queue behind serialization.
+pub struct Encoded {
+    bytes: Vec<u8>,
+    /// The byte range of the placeholder inside `bytes`.
+    slot: std::ops::Range<usize>,
+    /// The object itself when the placeholder was not unique (the object's
+    /// own data contained it): then it is serialized the slow way.
+    fallback: Option<Value>,
+}
+
+/// The placeholder written as resourceVersion: random per process, so no
+/// client can know it; `Encoded` still checks it occurs exactly once.
+fn rv_placeholder() -> &'static str {
+    static PLACEHOLDER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PLACEHOLDER.get_or_init(|| format!("~kubeforge-rv-{}", uuid::Uuid::new_v4().simple()))
+}
+
+fn find_from(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+    let first = *needle.first()?;
+    let last_start = hay.len().checked_sub(needle.len())?;
+    (from..=last_start).find(|&i| hay[i] == first && hay[i..].starts_with(needle))
+}
+
+impl Encoded {
+    /// Serialize `obj` now, leaving its resourceVersion to [`Encoded::with_rv`].
+    pub fn new(mut obj: Value) -> Encoded {
+        let placeholder = rv_placeholder();
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(placeholder));
+        let bytes = serde_json::to_vec(&obj).unwrap_or_default();
+        let needle = placeholder.as_bytes();
+        let at = find_from(&bytes, needle, 0);
+        let unique = at.is_some_and(|i| find_from(&bytes, needle, i + needle.len()).is_none());
+        match at {
+            Some(i) if unique => Encoded {
+                bytes,
+                slot: i..i + needle.len(),
+                fallback: None,
+            },
+            _ => Encoded {
+                bytes: Vec::new(),
+                slot: 0..0,
+                fallback: Some(obj),
+            },
+        }
+    }
+
+    /// The stored bytes: the object with `resourceVersion` = `rev`.
+    pub fn with_rv(self, rev: u64) -> bytes::Bytes {
+        if let Some(obj) = self.fallback {
+            return encode_with_rv(obj, rev);
+        }
+        let rv = rev.to_string();
+        let mut out = Vec::with_capacity(self.bytes.len() + rv.len());
+        out.extend_from_slice(&self.bytes[..self.slot.start]);
+        out.extend_from_slice(rv.as_bytes());
+        out.extend_from_slice(&self.bytes[self.slot.end..]);
+        bytes::Bytes::from(out)
+    }
+}
+
 /// Serialize an object with its `resourceVersion` set to `rev`.
 pub fn encode_with_rv(mut obj: Value, rev: u64) -> bytes::Bytes {
     meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(rev.to_string()));
@@ -98,5 +160,30 @@ pub fn strip_nulls(v: &mut Value) {
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod encoded_tests {
+    use super::*;
+
+    #[test]
+    fn slot_takes_the_revision() {
+        let obj = json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}});
+        let bytes = Encoded::new(obj.clone()).with_rv(42);
+        let back: Value = serde_json::from_slice(&bytes).expect("json");
+        let mut want = obj;
+        meta_mut(&mut want).insert("resourceVersion".into(), json!("42"));
+        assert_eq!(back, want);
+    }
+
+    #[test]
+    fn placeholder_in_the_data_falls_back() {
+        let p = rv_placeholder();
+        let obj = json!({"metadata": {"name": "a"}, "data": {"k": p}});
+        let bytes = Encoded::new(obj).with_rv(7);
+        let back: Value = serde_json::from_slice(&bytes).expect("json");
+        assert_eq!(back["metadata"]["resourceVersion"], json!("7"));
+        assert_eq!(back["data"]["k"], json!(p));
     }
 }

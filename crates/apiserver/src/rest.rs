@@ -642,9 +642,27 @@ pub(crate) fn check_namespace(ctx: &Ctx<'_>, name: &str) -> ApiResult<()> {
             ns,
         )
     })?;
-    let v: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
-    if v.pointer("/metadata/deletionTimestamp").is_some()
-        || v.pointer("/status/phase") == Some(&json!("Terminating"))
+    // Only two fields matter; reading them without building the whole
+    // tree keeps this per-create check cheap.
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default, rename_all = "camelCase")]
+    struct Meta {
+        deletion_timestamp: Option<serde::de::IgnoredAny>,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct Status {
+        phase: Option<String>,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct Ns {
+        metadata: Meta,
+        status: Status,
+    }
+    let ns_obj: Ns = serde_json::from_slice(&kv.value).unwrap_or_default();
+    if ns_obj.metadata.deletion_timestamp.is_some()
+        || ns_obj.status.phase.as_deref() == Some("Terminating")
     {
         return Err(ApiError::forbidden(
             ctx.def.gr(),
@@ -736,11 +754,11 @@ pub(crate) async fn create_object(
         return Ok((StatusCode::CREATED, Bytes::from(obj.to_string())));
     }
     let key = ctx.key(&name);
-    let obj = ctx.def.to_storage(obj);
+    let encoded = object::Encoded::new(ctx.def.to_storage(obj));
     let kv = match ctx
         .server
         .store()
-        .create(&key, move |rev| object::encode_with_rv(obj, rev))
+        .create(&key, move |rev| encoded.with_rv(rev))
         .await
     {
         Ok(kv) => kv,
@@ -922,11 +940,12 @@ pub(crate) async fn update_object(
         let deleted = delete_now(ctx, &key, name, Some(current.mod_revision), obj).await?;
         return Ok((StatusCode::OK, deleted));
     }
+    let encoded = object::Encoded::new(obj);
     let kv = match ctx
         .server
         .store()
         .update(&key, Some(current.mod_revision), move |rev| {
-            object::encode_with_rv(obj, rev)
+            encoded.with_rv(rev)
         })
         .await
     {
@@ -1350,12 +1369,11 @@ async fn store_update(
     expected: u64,
     obj: Value,
 ) -> ApiResult<Option<Bytes>> {
+    let encoded = object::Encoded::new(obj);
     match ctx
         .server
         .store()
-        .update(key, Some(expected), move |rev| {
-            object::encode_with_rv(obj, rev)
-        })
+        .update(key, Some(expected), move |rev| encoded.with_rv(rev))
         .await
     {
         Ok(kv) => Ok(Some(kv.value)),

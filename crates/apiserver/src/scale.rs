@@ -208,12 +208,11 @@ pub async fn bind(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response<ApiBody>
         conds.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": object::now_rfc3339()}));
         pod["status"]["conditions"] = Value::Array(conds);
         let expected = current.mod_revision;
+        let encoded = object::Encoded::new(pod);
         match ctx
             .server
             .store()
-            .update(&key, Some(expected), move |rev| {
-                object::encode_with_rv(pod, rev)
-            })
+            .update(&key, Some(expected), move |rev| encoded.with_rv(rev))
             .await
         {
             Ok(_) => {

@@ -16,6 +16,11 @@ use clap::{Args, Parser, Subcommand};
 use kubeforge_apiserver::ApiServer;
 use kubeforge_store::{DurableOptions, Store};
 
+// mimalloc: the API server allocates many small JSON nodes per request;
+// glibc malloc spent ~16% of a create-heavy profile in its own code.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "kubeforge",
