@@ -20,6 +20,7 @@
 //! # }
 //! ```
 
+mod admission;
 pub mod body;
 mod builtin;
 pub mod codec;

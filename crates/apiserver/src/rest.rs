@@ -129,6 +129,17 @@ pub enum Sub {
     Finalize,
 }
 
+impl Sub {
+    /// The subresource name admission webhooks see.
+    pub(crate) fn subresource(self) -> &'static str {
+        match self {
+            Sub::Main => "",
+            Sub::Status => "status",
+            Sub::Finalize => "finalize",
+        }
+    }
+}
+
 impl Ctx<'_> {
     pub(crate) fn key(&self, name: &str) -> String {
         self.def.key(self.ns.as_deref(), name)
@@ -732,6 +743,17 @@ pub(crate) async fn create_object(
         )));
     }
     check_namespace(ctx, &name)?;
+    // --- admission (crate::admission): mutating webhooks ---
+    let admission = crate::admission::Request {
+        operation: crate::admission::Operation::Create,
+        subresource: "",
+        name: &name,
+        old: None,
+        dry_run: ctx.dry_run(),
+    };
+    let warnings = crate::admission::mutate(ctx, &admission, &mut obj).await?;
+    ctx.warnings.extend(warnings);
+    // --- end admission ---
     crate::strategy::prepare_create(ctx, &mut obj);
     validate(ctx, &mut obj, &name, None)?;
     {
@@ -750,6 +772,17 @@ pub(crate) async fn create_object(
     }
     crate::crd::before_create(ctx, &mut obj)?;
     crate::fieldset::track_create(ctx, &mut obj)?;
+    // --- admission (crate::admission): validating webhooks ---
+    let admission = crate::admission::Request {
+        operation: crate::admission::Operation::Create,
+        subresource: "",
+        name: &name,
+        old: None,
+        dry_run: ctx.dry_run(),
+    };
+    let warnings = crate::admission::validate(ctx, &admission, Some(&obj)).await?;
+    ctx.warnings.extend(warnings);
+    // --- end admission ---
     if ctx.dry_run() {
         return Ok((StatusCode::CREATED, Bytes::from(obj.to_string())));
     }
@@ -873,6 +906,17 @@ pub(crate) async fn update_object(
             o
         }
     };
+    // --- admission (crate::admission): mutating webhooks ---
+    let admission = crate::admission::Request {
+        operation: crate::admission::Operation::Update,
+        subresource: sub.subresource(),
+        name,
+        old: Some(&old),
+        dry_run: ctx.dry_run(),
+    };
+    let warnings = crate::admission::mutate(ctx, &admission, &mut obj).await?;
+    ctx.warnings.extend(warnings);
+    // --- end admission ---
     // Fields the server owns.
     {
         let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
@@ -926,6 +970,17 @@ pub(crate) async fn update_object(
         meta_mut(&mut obj).insert("generation".into(), json!(g));
     }
     crate::crd::before_update(ctx, &mut obj, &old)?;
+    // --- admission (crate::admission): validating webhooks ---
+    let admission = crate::admission::Request {
+        operation: crate::admission::Operation::Update,
+        subresource: sub.subresource(),
+        name,
+        old: Some(&old),
+        dry_run: ctx.dry_run(),
+    };
+    let warnings = crate::admission::validate(ctx, &admission, Some(&obj)).await?;
+    ctx.warnings.extend(warnings);
+    // --- end admission ---
     let finished = finalized_and_deleting(&obj);
     if crate::fieldset::track_update(ctx, &old, &mut obj, sub)? {
         return Ok((StatusCode::OK, current.value));
@@ -1185,6 +1240,9 @@ pub(crate) async fn delete_object(
     } else {
         StatusCode::OK
     };
+    // --- admission (crate::admission): validating webhooks see the deletion ---
+    crate::admission::validate_delete(ctx, name, &key, dry_run).await?;
+    // --- end admission ---
     for _attempt in 0..16 {
         let current = ctx
             .server

@@ -41,6 +41,8 @@ pub(crate) struct Inner {
     /// Whether something finishes graceful pod deletion (a kubelet or a
     /// node simulator): bound pods are then deleted gracefully.
     pub graceful_pods: std::sync::atomic::AtomicBool,
+    /// The admission chain (webhook configurations, clients, service map).
+    pub admission: crate::admission::Admission,
 }
 
 impl ApiServer {
@@ -57,6 +59,7 @@ impl ApiServer {
                 gc: std::sync::atomic::AtomicBool::new(false),
                 namespace_controller: std::sync::atomic::AtomicBool::new(false),
                 graceful_pods: std::sync::atomic::AtomicBool::new(false),
+                admission: Default::default(),
             }),
         };
         crate::crd::restore(&server)?;
