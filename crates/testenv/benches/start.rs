@@ -4,7 +4,8 @@
 //! - `start`: `TestEnv::builder().start()` in-process → first successful
 //!   kube-rs call (GET namespace `default`), p50/p99 over many starts, with
 //!   the default built-in controllers, without them, with one CRD (first
-//!   call: LIST of its kind), and on loopback (first call over HTTP);
+//!   call: LIST of its kind), and on loopback (first call over HTTP); and
+//!   start → the built-in controllers' caches synced;
 //! - `faults`: GET latency through an idle fault layer against the server's
 //!   plain in-process client, and with 2 ms of injected latency.
 //!
@@ -114,6 +115,17 @@ async fn start() {
         async |env: &TestEnv| {
             let api: Api<DynamicObject> = Api::default_namespaced_with(env.client(), &ar);
             api.list(&ListParams::default()).await.expect("first call");
+        },
+    )
+    .await;
+    starts(
+        "start → built-in controllers' caches synced (in-process)",
+        200,
+        TestEnv::builder,
+        async |env: &TestEnv| {
+            if let Some(c) = env.controllers() {
+                c.wait_synced().await;
+            }
         },
     )
     .await;
