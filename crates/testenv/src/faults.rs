@@ -124,7 +124,7 @@ impl InjectedError {
 ///     .seed(7);
 /// assert!(faults.is_active());
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 #[must_use]
 pub struct Faults {
     error_rate: f64,
@@ -151,6 +151,26 @@ impl Default for Faults {
             resources: None,
             seed: None,
         }
+    }
+}
+
+impl std::fmt::Debug for Faults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verbs: Vec<Verb> = Verb::ALL
+            .into_iter()
+            .filter(|v| self.verbs & v.bit() != 0)
+            .collect();
+        f.debug_struct("Faults")
+            .field("error_rate", &self.error_rate)
+            .field("errors", &self.errors)
+            .field("retry_after_secs", &self.retry_after_secs)
+            .field("latency", &self.latency)
+            .field("latency_jitter", &self.latency_jitter)
+            .field("drop_watches", &self.drop_watches)
+            .field("verbs", &verbs)
+            .field("resources", &self.resources)
+            .field("seed", &self.seed)
+            .finish()
     }
 }
 
@@ -798,6 +818,12 @@ mod tests {
         let a = run();
         assert_eq!(a, run());
         assert!(a.iter().any(Option::is_some) && a.iter().any(Option::is_none));
+    }
+
+    #[test]
+    fn debug_names_the_verbs() {
+        let d = format!("{:?}", Faults::new().verbs([Verb::Patch, Verb::Watch]));
+        assert!(d.contains("verbs: [Watch, Patch]"), "{d}");
     }
 
     #[test]

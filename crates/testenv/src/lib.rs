@@ -222,6 +222,18 @@ pub struct TestEnv {
     loopback: Option<Loopback>,
 }
 
+#[cfg(test)]
+mod tests {
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_move_between_tasks() {
+        send_sync::<super::TestEnv>();
+        send_sync::<super::FaultHandle>();
+        send_sync::<super::TestEnvBuilder>();
+    }
+}
+
 impl std::fmt::Debug for TestEnv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TestEnv")
@@ -285,7 +297,8 @@ impl TestEnv {
     }
 
     /// Stop the loopback listener and the controllers, waiting for them,
-    /// and close the store: clients still held get 503 afterwards.
+    /// and close the store: open watches end, and writes through clients
+    /// still held fail with 503 ServiceUnavailable.
     pub async fn stop(mut self) {
         if let Some(l) = self.loopback.take() {
             l.stop().await;

@@ -73,7 +73,17 @@ async fn in_process_with_a_crd_from_a_rust_type() {
         .await
         .expect("create widget");
     assert_eq!(widgets.get("w1").await.expect("get").spec.size, 3);
+
+    // After stop(), the store is closed: a client kept around cannot write.
+    let kept = env.client();
     env.stop().await;
+    let widgets: Api<Widget> = Api::default_namespaced(kept);
+    let (code, reason) = api_status(
+        widgets
+            .create(&PostParams::default(), &widget("late", 1))
+            .await,
+    );
+    assert_eq!((code, reason.as_str()), (503, "ServiceUnavailable"));
 }
 
 #[tokio::test]
