@@ -27,10 +27,12 @@ pub mod catalog;
 pub mod gc;
 pub mod namespace;
 mod queue;
+pub mod workloads;
 
 pub use catalog::{Catalog, Resource};
 pub use gc::{GarbageCollector, GcOptions};
 pub use namespace::{NamespaceController, NamespaceOptions};
+pub use workloads::{WorkloadController, WorkloadOptions, Workloads};
 
 /// The names of the built-in controllers, as `kubeforge up` prints them.
 pub const BUILTIN_NAMES: &str = "garbage collector, namespace";

@@ -1,0 +1,253 @@
+//! The workload controllers of kube-controller-manager, as kube-rs clients
+//! on `kubeforge-runtime`: [ReplicaSet](replicaset), [Deployment](deployment),
+//! [StatefulSet](statefulset), [DaemonSet](daemonset), [Job](job),
+//! [CronJob](cronjob), [EndpointSlices and Endpoints](endpoints) and
+//! [node lifecycle](nodelifecycle).
+//!
+//! Entry points (what `kubeforge up` and the test environment call):
+//!
+//! - [`start`]`(client, WorkloadOptions) -> Result<Workloads, Error>`:
+//!   spawns one [`kubeforge_runtime::Manager`] with every enabled
+//!   controller on the current Tokio runtime and waits for its caches to
+//!   sync; [`Workloads::stop`] shuts it down.
+//! - [`run_until_shutdown`]`(client, opts, shutdown)`: the same, until a
+//!   future resolves (like [`crate::run_builtin`]).
+//!
+//! ```no_run
+//! # async fn demo(client: kube::Client) -> Result<(), kubeforge_controllers::Error> {
+//! use kubeforge_controllers::workloads::{self, WorkloadOptions};
+//! let w = workloads::start(client, WorkloadOptions::default()).await?;
+//! // … Deployments roll out, Jobs complete, nodes are watched …
+//! w.stop().await;
+//! # Ok(()) }
+//! ```
+//!
+//! They run against any API server. Pods only make progress if something
+//! plays the kubelet (the node simulator, or a test writing pod status).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use kube::runtime::reflector::Store;
+use kubeforge_runtime::events::EventRecorder;
+use kubeforge_runtime::{Manager, ShutdownHandle};
+use tokio::task::JoinHandle;
+
+use crate::Error;
+
+pub mod clock;
+pub mod cronjob;
+pub mod daemonset;
+pub mod deployment;
+pub mod endpoints;
+pub mod job;
+pub mod nodelifecycle;
+pub mod replicaset;
+pub mod statefulset;
+pub(crate) mod util;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+
+/// The names of the workload controllers, as `kubeforge up` prints them.
+pub const NAMES: &str = "replicaset, deployment, statefulset, daemonset, job, cronjob, endpointslice, endpoints, node-lifecycle";
+
+/// One workload controller, to enable or disable it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WorkloadController {
+    /// ReplicaSets → pods.
+    ReplicaSet,
+    /// Deployments → ReplicaSets.
+    Deployment,
+    /// StatefulSets → pods and ControllerRevisions.
+    StatefulSet,
+    /// DaemonSets → one pod per eligible node.
+    DaemonSet,
+    /// Jobs → pods until completion.
+    Job,
+    /// CronJobs → Jobs on a schedule.
+    CronJob,
+    /// Services → EndpointSlices and Endpoints.
+    Endpoints,
+    /// Node heartbeats → Ready condition, taints, evictions.
+    NodeLifecycle,
+}
+
+impl WorkloadController {
+    /// Every controller.
+    pub const ALL: [WorkloadController; 8] = [
+        WorkloadController::ReplicaSet,
+        WorkloadController::Deployment,
+        WorkloadController::StatefulSet,
+        WorkloadController::DaemonSet,
+        WorkloadController::Job,
+        WorkloadController::CronJob,
+        WorkloadController::Endpoints,
+        WorkloadController::NodeLifecycle,
+    ];
+}
+
+/// Settings of the workload controllers.
+#[derive(Clone)]
+pub struct WorkloadOptions {
+    /// Which controllers run (default: all).
+    pub enabled: Vec<WorkloadController>,
+    /// Objects reconciled at once per controller (default 5, as
+    /// kube-controller-manager's `--concurrent-*-syncs`).
+    pub concurrency: u16,
+    /// Where CronJobs read "now" (default the system clock).
+    pub clock: Arc<dyn Clock>,
+    /// How long a node may miss heartbeats (its Lease's `renewTime`, else
+    /// its Ready condition's `lastHeartbeatTime`) before it is marked
+    /// NotReady/Unknown (default 40 s, `--node-monitor-grace-period`).
+    pub node_monitor_grace_period: Duration,
+    /// How often node health is checked (default 5 s).
+    pub node_monitor_period: Duration,
+    /// Pods created per ReplicaSet sync at most (default 500, kube's
+    /// burstReplicas).
+    pub burst_replicas: usize,
+}
+
+impl Default for WorkloadOptions {
+    fn default() -> Self {
+        WorkloadOptions {
+            enabled: WorkloadController::ALL.to_vec(),
+            concurrency: 5,
+            clock: Arc::new(SystemClock),
+            node_monitor_grace_period: Duration::from_secs(40),
+            node_monitor_period: Duration::from_secs(5),
+            burst_replicas: 500,
+        }
+    }
+}
+
+impl std::fmt::Debug for WorkloadOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkloadOptions")
+            .field("enabled", &self.enabled)
+            .field("concurrency", &self.concurrency)
+            .field("node_monitor_grace_period", &self.node_monitor_grace_period)
+            .field("node_monitor_period", &self.node_monitor_period)
+            .field("burst_replicas", &self.burst_replicas)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every controller's reconcile sees: the client, the options and
+/// the shared caches.
+#[allow(dead_code)] // fields used as the controllers land
+pub(crate) struct Ctx {
+    pub client: Client,
+    pub opts: WorkloadOptions,
+    pub events: EventRecorder,
+    pub pods: Store<Pod>,
+    pub replicasets: Store<ReplicaSet>,
+    pub deployments: Store<Deployment>,
+    pub nodes: Store<Node>,
+    pub jobs: Store<Job>,
+    pub services: Store<Service>,
+    pub slices: Store<EndpointSlice>,
+    pub revisions: Store<ControllerRevision>,
+    pub leases: Store<Lease>,
+    pub expectations: util::Expectations,
+}
+
+/// The workload controllers, running; see [`start`].
+pub struct Workloads {
+    shutdown: ShutdownHandle,
+    task: JoinHandle<Result<(), kubeforge_runtime::Error>>,
+}
+
+impl std::fmt::Debug for Workloads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workloads").finish_non_exhaustive()
+    }
+}
+
+impl Workloads {
+    /// Stop the controllers (reconciles in flight get 5 s) and wait.
+    pub async fn stop(self) {
+        self.shutdown.shutdown();
+        match self.task.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "workload controllers ended with an error"),
+            Err(e) => tracing::warn!(error = %e, "workload controllers task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+
+    /// Whether the manager task is still running.
+    pub fn is_running(&self) -> bool {
+        !self.task.is_finished()
+    }
+}
+
+/// Start the enabled workload controllers on `client` (spawned on the
+/// current Tokio runtime) and wait until their caches are synced.
+pub async fn start(client: Client, opts: WorkloadOptions) -> Result<Workloads, Error> {
+    let mgr = Manager::builder(client.clone())
+        .handle_signals(false)
+        .graceful_shutdown_timeout(Duration::from_secs(5))
+        .build();
+    let ctx = Arc::new(Ctx {
+        events: EventRecorder::new(client.clone(), "kube-controller-manager"),
+        client,
+        pods: mgr.store::<Pod>(),
+        replicasets: mgr.store::<ReplicaSet>(),
+        deployments: mgr.store::<Deployment>(),
+        nodes: mgr.store::<Node>(),
+        jobs: mgr.store::<Job>(),
+        services: mgr.store::<Service>(),
+        slices: mgr.store::<EndpointSlice>(),
+        revisions: mgr.store::<ControllerRevision>(),
+        leases: mgr.store::<Lease>(),
+        expectations: util::Expectations::default(),
+        opts,
+    });
+    let on = |c: WorkloadController| ctx.opts.enabled.contains(&c);
+    if on(WorkloadController::ReplicaSet) {
+        replicaset::register(&mgr, ctx.clone());
+    }
+    if on(WorkloadController::Deployment) {
+        deployment::register(&mgr, ctx.clone());
+    }
+    if on(WorkloadController::StatefulSet) {
+        statefulset::register(&mgr, ctx.clone());
+    }
+    if on(WorkloadController::DaemonSet) {
+        daemonset::register(&mgr, ctx.clone());
+    }
+    if on(WorkloadController::Job) {
+        job::register(&mgr, ctx.clone());
+    }
+    if on(WorkloadController::CronJob) {
+        cronjob::register(&mgr, ctx.clone());
+    }
+    if on(WorkloadController::Endpoints) {
+        endpoints::register(&mgr, ctx.clone());
+    }
+    if on(WorkloadController::NodeLifecycle) {
+        nodelifecycle::register(&mgr, ctx.clone());
+    }
+    let shutdown = mgr.shutdown_handle();
+    let task = tokio::spawn(mgr.run());
+    // Every store asked of the manager has its informer started by `run`.
+    let _ = tokio::time::timeout(Duration::from_secs(30), ctx.pods.wait_until_ready()).await;
+    Ok(Workloads { shutdown, task })
+}
+
+/// Run the workload controllers on `client` until `shutdown` resolves.
+pub async fn run_until_shutdown(
+    client: Client,
+    opts: WorkloadOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), Error> {
+    let w = start(client, opts).await?;
+    shutdown.await;
+    w.stop().await;
+    Ok(())
+}
