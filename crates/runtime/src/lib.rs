@@ -56,6 +56,7 @@ pub mod metrics;
 pub mod owner;
 pub mod predicates;
 mod shutdown;
+pub mod webhook;
 
 pub use action::Action;
 pub use backoff::BackoffConfig;

@@ -1,0 +1,463 @@
+//! The policy server: the engine behind two webhooks (`/mutate`,
+//! `/validate`) on a [`kubeforge_runtime::webhook::WebhookServer`], fed by
+//! watches of `AdmissionPolicy` objects (hot-applied, each one's `Ready`
+//! condition written back), namespaces and signature ConfigMaps; and the
+//! registration of its webhook configurations (and CRD) in a cluster.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{CustomResourceExt, ResourceExt};
+use kubeforge_runtime::webhook::{
+    ReviewFuture, ReviewHandler, WebhookServer, json_patch_between, parse_review, respond,
+};
+use serde_json::json;
+
+use crate::engine::{AuditRecord, ClusterView, Engine};
+use crate::policy::{AdmissionPolicy, AuditEntry, PolicyCondition, compile};
+use crate::signature::SIGNATURES_LABEL;
+
+/// Name of both webhook configurations.
+pub const CONFIGURATION_NAME: &str = "kubeforge-policy";
+/// The mutating webhook's name.
+pub const MUTATING_WEBHOOK: &str = "mutate.policy.kubeforge.dev";
+/// The validating webhook's name.
+pub const VALIDATING_WEBHOOK: &str = "validate.policy.kubeforge.dev";
+/// Field manager of everything the server writes.
+const MANAGER: &str = "kubeforge-webhook";
+/// Audit entries kept per policy.
+const AUDIT_KEPT: usize = 50;
+
+/// Why the policy server stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The webhook server failed.
+    #[error(transparent)]
+    Webhook(#[from] kubeforge_runtime::webhook::WebhookError),
+    /// A call to the cluster failed.
+    #[error("{what}: {source}")]
+    Kube {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: kube::Error,
+    },
+}
+
+fn kube_err(what: &str) -> impl FnOnce(kube::Error) -> ServerError + '_ {
+    move |source| ServerError::Kube {
+        what: what.to_string(),
+        source,
+    }
+}
+
+/// How to run the policy server.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Listen address (default `127.0.0.1:9443`).
+    pub listen: SocketAddr,
+    /// Certificate directory (made with development certificates when empty).
+    pub cert_dir: PathBuf,
+    /// The server's own namespace, never subject to its policies.
+    pub namespace: String,
+    /// Register the CRD and the webhook configurations in the cluster.
+    pub register: bool,
+    /// Register with `failurePolicy: Ignore` (emergencies).
+    pub fail_open: bool,
+    /// Host the API server reaches the webhook on (default: the listen IP).
+    pub url_host: Option<String>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9443)),
+            cert_dir: PathBuf::from("webhook-certs"),
+            namespace: "kubeforge-system".into(),
+            register: false,
+            fail_open: false,
+            url_host: None,
+        }
+    }
+}
+
+/// The mutating or validating side of the engine as a webhook handler.
+pub struct PolicyHandler {
+    engine: Arc<Engine>,
+    mutating: bool,
+}
+
+impl PolicyHandler {
+    /// The validating handler.
+    pub fn validating(engine: Arc<Engine>) -> Arc<PolicyHandler> {
+        Arc::new(PolicyHandler {
+            engine,
+            mutating: false,
+        })
+    }
+
+    /// The mutating handler.
+    pub fn mutating(engine: Arc<Engine>) -> Arc<PolicyHandler> {
+        Arc::new(PolicyHandler {
+            engine,
+            mutating: true,
+        })
+    }
+}
+
+impl ReviewHandler for PolicyHandler {
+    fn review<'a>(&'a self, body: &'a [u8]) -> ReviewFuture<'a> {
+        Box::pin(async move {
+            let req = parse_review::<Pod>(body)?;
+            if !self.mutating {
+                let v = self.engine.validate(&req).await;
+                return Ok(respond(&req, v));
+            }
+            let Some(original) = req.object.clone() else {
+                return Ok(respond(&req, kubeforge_runtime::webhook::Verdict::allow()));
+            };
+            let mut pod = original.clone();
+            let v = self.engine.mutate(&req, &mut pod).await;
+            let allowed = v.allowed;
+            let mut resp = respond(&req, v);
+            if allowed {
+                let patch = json_patch_between(&original, &pod)?;
+                if !patch.0.is_empty() {
+                    resp = resp
+                        .with_patch(patch)
+                        .map_err(|e| format!("encoding the patch: {e}"))?;
+                }
+            }
+            Ok(resp)
+        })
+    }
+}
+
+/// The webhook configurations for a server at `base_url` (no trailing
+/// slash) trusting `ca_bundle` (PEM).
+pub fn webhook_configurations(
+    base_url: &str,
+    ca_bundle: &str,
+    namespace: &str,
+    fail_open: bool,
+) -> (serde_json::Value, serde_json::Value) {
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_bundle);
+    let policy = if fail_open { "Ignore" } else { "Fail" };
+    let ns_selector = json!({"matchExpressions": [{
+        "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+        "values": ["kube-system", namespace]}]});
+    let hook = |name: &str, path: &str, ops: &[&str]| {
+        json!({
+            "name": name,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": policy,
+            "timeoutSeconds": 5,
+            "clientConfig": {"url": format!("{base_url}{path}"), "caBundle": ca},
+            "rules": [{"operations": ops, "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}],
+            "namespaceSelector": ns_selector,
+        })
+    };
+    let mut m = hook(MUTATING_WEBHOOK, "/mutate", &["CREATE"]);
+    m["reinvocationPolicy"] = json!("IfNeeded");
+    let mutating = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": CONFIGURATION_NAME},
+        "webhooks": [m],
+    });
+    let validating = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": CONFIGURATION_NAME},
+        "webhooks": [hook(VALIDATING_WEBHOOK, "/validate", &["CREATE", "UPDATE"])],
+    });
+    (mutating, validating)
+}
+
+/// Create or update the AdmissionPolicy CRD.
+pub async fn install_crd(client: &kube::Client) -> Result<(), ServerError> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = AdmissionPolicy::crd();
+    let name = crd.name_any();
+    crds.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .map_err(kube_err("installing the AdmissionPolicy CRD"))?;
+    Ok(())
+}
+
+/// Register both webhook configurations.
+pub async fn register(
+    client: &kube::Client,
+    base_url: &str,
+    ca_bundle: &str,
+    namespace: &str,
+    fail_open: bool,
+) -> Result<(), ServerError> {
+    let (m, v) = webhook_configurations(base_url, ca_bundle, namespace, fail_open);
+    let pp = PatchParams::apply(MANAGER).force();
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .patch(CONFIGURATION_NAME, &pp, &Patch::Apply(&m))
+        .await
+        .map_err(kube_err("registering the MutatingWebhookConfiguration"))?;
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .patch(CONFIGURATION_NAME, &pp, &Patch::Apply(&v))
+        .await
+        .map_err(kube_err("registering the ValidatingWebhookConfiguration"))?;
+    Ok(())
+}
+
+fn ready_condition(generation: Option<i64>, result: &Result<(), String>) -> PolicyCondition {
+    match result {
+        Ok(()) => PolicyCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "Compiled".into(),
+            message: "the policy is in effect".into(),
+            observed_generation: generation,
+        },
+        Err(e) => PolicyCondition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            reason: "InvalidPolicy".into(),
+            message: e.clone(),
+            observed_generation: generation,
+        },
+    }
+}
+
+/// Watch policies: recompile them all on every change and write each
+/// changed policy's Ready condition.
+async fn watch_policies(client: kube::Client, engine: Arc<Engine>) {
+    let api: Api<AdmissionPolicy> = Api::all(client);
+    let (reader, writer) = reflector::store();
+    let mut stream = std::pin::pin!(
+        watcher(api.clone(), watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects()
+    );
+    while let Some(ev) = stream.next().await {
+        let changed = match ev {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "watching AdmissionPolicies");
+                continue;
+            }
+        };
+        let mut compiled = Vec::new();
+        for p in reader.state() {
+            if let Ok(c) = compile(&p.name_any(), &p.spec) {
+                compiled.push(c);
+            }
+        }
+        engine.set_policies(compiled);
+        let result = compile(&changed.name_any(), &changed.spec)
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        let cond = ready_condition(changed.metadata.generation, &result);
+        let current = changed
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
+        if current != Some(&cond) {
+            let patch = json!({"status": {"conditions": [cond]}});
+            if let Err(e) = api
+                .patch_status(
+                    &changed.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                tracing::warn!(policy = %changed.name_any(), error = %e, "writing the policy status");
+            }
+        }
+    }
+}
+
+/// Write audit records into the policies' status (the policy report).
+async fn write_audits(
+    client: kube::Client,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<AuditRecord>,
+) {
+    let api: Api<AdmissionPolicy> = Api::all(client);
+    let mut kept: HashMap<String, (VecDeque<AuditEntry>, u64)> = HashMap::new();
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        let mut touched = BTreeMap::new();
+        for r in batch {
+            let e = kept.entry(r.policy.clone()).or_default();
+            e.0.push_back(AuditEntry {
+                time: jiff::Timestamp::now().to_string(),
+                namespace: r.namespace,
+                name: r.name,
+                operation: r.operation,
+                message: r.message,
+            });
+            while e.0.len() > AUDIT_KEPT {
+                e.0.pop_front();
+            }
+            e.1 += 1;
+            touched.insert(r.policy, ());
+        }
+        for policy in touched.keys() {
+            let Some((entries, total)) = kept.get(policy) else {
+                continue;
+            };
+            let patch = json!({"status": {"audit": entries, "auditTotal": total}});
+            if let Err(e) = api
+                .patch_status(policy, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                tracing::warn!(%policy, error = %e, "writing audit results");
+            }
+        }
+    }
+}
+
+fn spawn_cache<K>(api: Api<K>, config: watcher::Config) -> reflector::Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            if let Err(e) = ev {
+                tracing::debug!(error = %e, "cache watch");
+            }
+        }
+    });
+    reader
+}
+
+/// A bound policy server: [`PolicyServer::run`] serves it.
+pub struct PolicyServer {
+    server: WebhookServer,
+    /// The engine (its policies follow the cluster's AdmissionPolicies).
+    pub engine: Arc<Engine>,
+}
+
+impl PolicyServer {
+    /// Start the caches and watches, bind the webhook server and (with
+    /// `register`) install the CRD and the webhook configurations.
+    pub async fn start(
+        client: kube::Client,
+        opts: &ServerOptions,
+    ) -> Result<PolicyServer, ServerError> {
+        if opts.register {
+            install_crd(&client).await?;
+        }
+        let namespaces = spawn_cache(
+            Api::<Namespace>::all(client.clone()),
+            watcher::Config::default(),
+        );
+        let signatures = spawn_cache(
+            Api::<ConfigMap>::all(client.clone()),
+            watcher::Config::default().labels(&format!("{SIGNATURES_LABEL}=true")),
+        );
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let engine = Arc::new(
+            Engine::new(
+                vec!["kube-system".into(), opts.namespace.clone()],
+                ClusterView {
+                    namespaces: Some(namespaces.clone()),
+                    signatures: Some(signatures.clone()),
+                    client: Some(client.clone()),
+                },
+            )
+            .with_audit(tx),
+        );
+        tokio::spawn(watch_policies(client.clone(), engine.clone()));
+        tokio::spawn(write_audits(client.clone(), rx));
+        let wait = std::time::Duration::from_secs(10);
+        let _ = tokio::time::timeout(wait, namespaces.wait_until_ready()).await;
+        let _ = tokio::time::timeout(wait, signatures.wait_until_ready()).await;
+        let host = opts
+            .url_host
+            .clone()
+            .unwrap_or_else(|| opts.listen.ip().to_string());
+        let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+        if !hosts.contains(&host) {
+            hosts.push(host.clone());
+        }
+        hosts.push(format!("kubeforge-webhook.{}.svc", opts.namespace));
+        let server = WebhookServer::builder()
+            .addr(opts.listen)
+            .cert_dir(opts.cert_dir.clone())
+            .hosts(hosts)
+            .handler("/mutate", PolicyHandler::mutating(engine.clone()))
+            .handler("/validate", PolicyHandler::validating(engine.clone()))
+            .bind()
+            .await?;
+        if opts.register {
+            let port = server.local_addr().port();
+            let base = if host.contains(':') {
+                format!("https://[{host}]:{port}")
+            } else {
+                format!("https://{host}:{port}")
+            };
+            register(
+                &client,
+                &base,
+                server.ca_bundle(),
+                &opts.namespace,
+                opts.fail_open,
+            )
+            .await?;
+        }
+        Ok(PolicyServer { server, engine })
+    }
+
+    /// The webhook server's address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    /// The CA bundle (PEM) webhook configurations must trust.
+    pub fn ca_bundle(&self) -> &str {
+        self.server.ca_bundle()
+    }
+
+    /// The webhook metrics.
+    pub fn metrics(&self) -> kubeforge_runtime::webhook::MetricsHandle {
+        self.server.metrics()
+    }
+
+    /// Serve until `shutdown` resolves.
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        Ok(self.server.run(shutdown).await?)
+    }
+}
