@@ -158,6 +158,8 @@ pub struct CycleState {
     pub(crate) skip_filter: Vec<String>,
     /// Plugins whose PreScore returned Skip: their Score is not called.
     pub(crate) skip_score: Vec<String>,
+    /// Bit i: the i-th Filter plugin is skipped (from `skip_filter`).
+    pub(crate) filter_skip_mask: u64,
 }
 
 impl Clone for CycleState {
@@ -170,6 +172,7 @@ impl Clone for CycleState {
                 .collect(),
             skip_filter: self.skip_filter.clone(),
             skip_score: self.skip_score.clone(),
+            filter_skip_mask: self.filter_skip_mask,
         }
     }
 }
@@ -397,7 +400,7 @@ pub const MAX_NODE_SCORE: i64 = 100;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeScore {
     /// Node name.
-    pub name: String,
+    pub name: Arc<str>,
     /// Score.
     pub score: i64,
 }

@@ -378,6 +378,12 @@ impl Framework {
                 });
             }
         }
+        state.filter_skip_mask = 0;
+        for (i, e) in self.filter.iter().enumerate().take(64) {
+            if state.skip_filter.contains(&e.name) {
+                state.filter_skip_mask |= 1 << i;
+            }
+        }
         Ok(allowed)
     }
 
@@ -427,8 +433,8 @@ impl Framework {
 
     /// Filter one node: stops at the first plugin that rejects it.
     pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        for e in &self.filter {
-            if !state.skip_filter.is_empty() && state.skip_filter.contains(&e.name) {
+        for (i, e) in self.filter.iter().enumerate() {
+            if i < 64 && state.filter_skip_mask & (1 << i) != 0 {
                 continue;
             }
             if let Some(p) = e.plugin.as_filter() {
@@ -647,7 +653,7 @@ impl Framework {
         let mut totals: Vec<NodeScore> = nodes
             .iter()
             .map(|n| NodeScore {
-                name: n.name.clone(),
+                name: n.id.clone(),
                 score: 0,
             })
             .collect();
@@ -688,7 +694,7 @@ impl Framework {
             // Prioritize errors are ignored, as kube-scheduler does.
             if let Ok(list) = ext.prioritize(pod, nodes) {
                 for hp in list {
-                    if let Some(t) = totals.iter_mut().find(|t| t.name == hp.host) {
+                    if let Some(t) = totals.iter_mut().find(|t| *t.name == *hp.host) {
                         t.score += hp.score * ext.weight() * (MAX_NODE_SCORE / 10);
                     }
                 }
@@ -730,7 +736,7 @@ impl Framework {
                 _ => {}
             }
         }
-        best.map(|b| b.name.clone())
+        best.map(|b| b.name.to_string())
     }
 
     /// Reserve in order; on failure the caller runs Unreserve.

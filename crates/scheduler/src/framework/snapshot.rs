@@ -20,6 +20,8 @@ pub struct Snapshot {
     image_nodes: HashMap<String, usize>,
     /// Pods on nodes not (yet) known, by node name.
     orphans: HashMap<String, Vec<Arc<PodInfo>>>,
+    with_affinity: usize,
+    with_required_anti_affinity: usize,
 }
 
 impl Snapshot {
@@ -41,6 +43,25 @@ impl Snapshot {
     /// How many nodes hold an image (normalized name).
     pub fn image_num_nodes(&self, image: &str) -> usize {
         self.image_nodes.get(image).copied().unwrap_or(0)
+    }
+
+    /// How many pods have pod (anti-)affinity terms (plugins skip work at 0).
+    pub fn pods_with_affinity(&self) -> usize {
+        self.with_affinity
+    }
+
+    /// How many pods have required anti-affinity terms.
+    pub fn pods_with_required_anti_affinity(&self) -> usize {
+        self.with_required_anti_affinity
+    }
+
+    fn count(&mut self, pod: &PodInfo, d: isize) {
+        if pod.has_pod_affinity() {
+            self.with_affinity = self.with_affinity.saturating_add_signed(d);
+        }
+        if !pod.required_anti_affinity.is_empty() {
+            self.with_required_anti_affinity = self.with_required_anti_affinity.saturating_add_signed(d);
+        }
     }
 
     /// Add or update a node object.
@@ -97,6 +118,7 @@ impl Snapshot {
 
     /// Account for a pod on a node.
     pub fn add_pod(&mut self, node: &str, pod: Arc<PodInfo>) {
+        self.count(&pod, 1);
         match self.index.get(node) {
             Some(&i) => self.nodes[i].add_pod(pod),
             None => self.orphans.entry(node.to_string()).or_default().push(pod),
@@ -107,9 +129,18 @@ impl Snapshot {
     pub fn remove_pod(&mut self, node: &str, uid: &str) {
         match self.index.get(node) {
             Some(&i) => {
-                self.nodes[i].remove_pod(uid);
+                if let Some(p) = self.nodes[i].remove_pod(uid) {
+                    self.count(&p, -1);
+                }
             }
             None => {
+                let found = self
+                    .orphans
+                    .get(node)
+                    .and_then(|l| l.iter().find(|p| p.uid == uid).cloned());
+                if let Some(p) = found {
+                    self.count(&p, -1);
+                }
                 if let Some(list) = self.orphans.get_mut(node) {
                     list.retain(|p| p.uid != uid);
                     if list.is_empty() {

@@ -698,6 +698,8 @@ pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
 pub struct NodeInfo {
     /// Node name.
     pub name: String,
+    /// The same name, cheap to clone (for score lists).
+    pub id: Arc<str>,
     /// The node object (`None` while only its pods are known).
     pub node: Option<Arc<Node>>,
     /// Allocatable resources (`status.allocatable`).
@@ -731,8 +733,10 @@ static EMPTY_LABELS: BTreeMap<String, String> = BTreeMap::new();
 impl NodeInfo {
     /// A node info for a node object.
     pub fn new(node: Arc<Node>) -> NodeInfo {
+        let name = node.metadata.name.clone().unwrap_or_default();
         let mut n = NodeInfo {
-            name: node.metadata.name.clone().unwrap_or_default(),
+            id: Arc::from(name.as_str()),
+            name,
             ..NodeInfo::default()
         };
         n.set_node(node);
@@ -784,11 +788,9 @@ impl NodeInfo {
         self.generation += 1;
     }
 
-    /// Remove a pod by UID; returns whether it was there.
-    pub fn remove_pod(&mut self, uid: &str) -> bool {
-        let Some(i) = self.pods.iter().position(|p| p.uid == uid) else {
-            return false;
-        };
+    /// Remove a pod by UID; returns it if it was there.
+    pub fn remove_pod(&mut self, uid: &str) -> Option<Arc<PodInfo>> {
+        let i = self.pods.iter().position(|p| p.uid == uid)?;
         let pod = self.pods.swap_remove(i);
         self.requested.sub(&pod.requests);
         self.non_zero_cpu -= pod.non_zero_cpu;
@@ -805,6 +807,6 @@ impl NodeInfo {
             self.pods_with_required_anti_affinity -= 1;
         }
         self.generation += 1;
-        true
+        Some(pod)
     }
 }

@@ -98,6 +98,9 @@ fn matches_own_terms(pod: &PodInfo, terms: &[AffinityTerm]) -> bool {
 impl PreFilterPlugin for InterPodAffinity {
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snapshot: &Snapshot) -> (Option<PreFilterResult>, Status) {
         let wants = !pod.required_affinity.is_empty() || !pod.required_anti_affinity.is_empty();
+        if !wants && snapshot.pods_with_required_anti_affinity() == 0 {
+            return (None, Status::skip());
+        }
         let mut st = FilterState::default();
         for node in snapshot.nodes() {
             if !wants && node.pods_with_required_anti_affinity == 0 {
@@ -220,6 +223,9 @@ impl InterPodAffinity {
 impl PreScorePlugin for InterPodAffinity {
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[&NodeInfo], snapshot: &Snapshot) -> Status {
         let has_preferred = !pod.preferred_affinity.is_empty() || !pod.preferred_anti_affinity.is_empty();
+        if !has_preferred && snapshot.pods_with_affinity() == 0 {
+            return Status::skip();
+        }
         let mut st = ScoreState::default();
         for node in snapshot.nodes() {
             if !has_preferred && node.pods_with_affinity == 0 {

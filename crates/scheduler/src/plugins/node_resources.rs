@@ -237,13 +237,14 @@ impl FilterPlugin for NodeResourcesFit {
 /// (requested including this pod, allocatable) for one resource, counting
 /// CPU/memory with the non-zero defaults as kube-scheduler's scorers do.
 fn requested_and_allocatable(pod: &PodInfo, node: &NodeInfo, name: &str, non_zero: bool) -> (i64, i64) {
-    let alloc = node.allocatable.get(name);
-    let req = match name {
-        "cpu" if non_zero => node.non_zero_cpu + pod.non_zero_cpu,
-        "memory" if non_zero => node.non_zero_memory + pod.non_zero_memory,
-        other => node.requested.get(other) + pod.requests.get(other),
-    };
-    (req, alloc)
+    let (a, r) = (&node.allocatable, &node.requested);
+    match name {
+        "cpu" if non_zero => (node.non_zero_cpu + pod.non_zero_cpu, a.milli_cpu),
+        "memory" if non_zero => (node.non_zero_memory + pod.non_zero_memory, a.memory),
+        "cpu" => (r.milli_cpu + pod.requests.milli_cpu, a.milli_cpu),
+        "memory" => (r.memory + pod.requests.memory, a.memory),
+        other => (r.get(other) + pod.requests.get(other), a.get(other)),
+    }
 }
 
 impl ScorePlugin for NodeResourcesFit {
