@@ -1161,28 +1161,145 @@ fn compare_objects(l: &Value, r: &Value, ty: &Ty<'_>, scope: Scope) -> Compariso
 /// An "empty" object of the kind to compare a created object against: the
 /// structs a Go object always has (metadata, spec, status, pod templates)
 /// are present, so only maps and items created as a whole are members.
+#[cfg(test)]
 fn skeleton(obj: &Value, ty: &Ty<'_>) -> Value {
-    fn walk(obj: &Value, ty: &Ty<'_>, root: bool) -> Value {
-        let mut out = Map::new();
-        if let Some(m) = obj.as_object() {
-            for (k, v) in m {
-                if !v.is_object() {
-                    continue;
-                }
-                let cty = ty.child(k);
-                let is_struct = matches!(cty, Ty::Struct(_))
-                    || (root && matches!(k.as_str(), "metadata" | "spec" | "status"));
-                if is_struct {
-                    out.insert(k.clone(), walk(v, &cty, false));
-                }
-            }
-        }
-        Value::Object(out)
-    }
     match ty {
         Ty::Custom(..) => json!({}),
-        _ => walk(obj, ty, true),
+        _ => skeleton_walk(obj, ty, true),
     }
+}
+
+/// Whether `k` (holding `v`) is part of the skeleton of its parent.
+fn in_skeleton(k: &str, v: &Value, cty: &Ty<'_>, root: bool) -> bool {
+    v.is_object()
+        && (matches!(cty, Ty::Struct(_)) || (root && matches!(k, "metadata" | "spec" | "status")))
+}
+
+fn skeleton_walk(obj: &Value, ty: &Ty<'_>, root: bool) -> Value {
+    let mut out = Map::new();
+    if let Some(m) = obj.as_object() {
+        for (k, v) in m {
+            let cty = ty.child(k);
+            if in_skeleton(k, v, &cty, root) {
+                out.insert(k.clone(), skeleton_walk(v, &cty, false));
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+/// The fields a create sets: what `compare_objects(skeleton(obj), obj)`
+/// reports as added or modified, computed in one walk (every create runs
+/// this, so it builds no skeleton and no three-way comparison).
+fn created_fields(obj: &Value, ty: &Ty<'_>, scope: Scope) -> FieldSet {
+    let mut out = FieldSet::default();
+    let Some(m) = obj.as_object() else {
+        return out;
+    };
+    let custom = matches!(ty, Ty::Custom(..));
+    let keep = |k: &str| scope.keeps(k) && k != "metadata";
+    created_children(m, ty, !custom, true, &keep, &mut out);
+    if scope.keeps("metadata")
+        && let Some(meta) = m.get("metadata").and_then(Value::as_object)
+    {
+        let mut c = FieldSet::default();
+        let in_skel = !custom;
+        created_children(
+            meta,
+            &ty.child("metadata"),
+            in_skel,
+            false,
+            &|k| k != "managedFields",
+            &mut c,
+        );
+        if !c.is_empty() {
+            out.children.insert(field_pe("metadata"), c);
+        }
+    }
+    out
+}
+
+/// The children of a map whose skeleton is present (`in_skel`) or absent.
+fn created_children(
+    m: &Map<String, Value>,
+    ty: &Ty<'_>,
+    in_skel: bool,
+    root: bool,
+    keep: &dyn Fn(&str) -> bool,
+    out: &mut FieldSet,
+) {
+    for (k, v) in m {
+        if !keep(k) {
+            continue;
+        }
+        let cty = ty.child(k);
+        let c = if in_skel && in_skeleton(k, v, &cty, root) {
+            created_struct(v, &cty)
+        } else {
+            added_whole(v, &cty)
+        };
+        if !c.is_empty() {
+            out.children.insert(field_pe(k), c);
+        }
+    }
+}
+
+/// A struct the skeleton has: only what is not itself skeleton is added.
+fn created_struct(v: &Value, ty: &Ty<'_>) -> FieldSet {
+    let Some(m) = v.as_object() else {
+        return FieldSet::default();
+    };
+    if m.is_empty() {
+        return FieldSet::default();
+    }
+    if ty.map_atomic() {
+        // Compared as a leaf against its skeleton.
+        return FieldSet {
+            member: skeleton_walk(v, ty, false) != *v,
+            children: BTreeMap::new(),
+        };
+    }
+    let mut out = FieldSet::default();
+    created_children(m, ty, true, false, &|_| true, &mut out);
+    out
+}
+
+/// A value created as a whole: a member, with its granular parts.
+fn added_whole(v: &Value, ty: &Ty<'_>) -> FieldSet {
+    let mut out = FieldSet {
+        member: true,
+        children: BTreeMap::new(),
+    };
+    match v {
+        Value::Object(m) if !m.is_empty() && !ty.map_atomic() => {
+            for (k, cv) in m {
+                out.children
+                    .insert(field_pe(k), added_whole(cv, &ty.child(k)));
+            }
+        }
+        Value::Array(a) if !a.is_empty() => {
+            let lk = ty.list_kind();
+            if matches!(lk, Lk::Atomic) {
+                return out;
+            }
+            let Ok(pes) = a
+                .iter()
+                .map(|item| item_pe(item, &lk, ty))
+                .collect::<Result<Vec<_>, _>>()
+            else {
+                return out;
+            };
+            let ity = ty.item();
+            for (pe, item) in pes.into_iter().zip(a) {
+                // Duplicates: the first item stands for them all.
+                out.children
+                    .entry(pe)
+                    .or_insert_with(|| added_whole(item, &ity));
+            }
+        }
+        _ => {}
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------
@@ -1618,15 +1735,14 @@ fn track(ctx: &Ctx<'_>, old: Option<&Value>, obj: &mut Value, sub: Sub) -> ApiRe
     }
     let schema = Schema::for_ctx(ctx);
     let ty = schema.root();
-    let base;
-    let live = match old {
-        Some(o) => o,
-        None => {
-            base = skeleton(obj, &ty);
-            &base
-        }
+    let scope = Scope::of(ctx, sub);
+    let cmp = match old {
+        Some(live) => compare_objects(live, obj, &ty, scope),
+        None => Comparison {
+            added: created_fields(obj, &ty, scope),
+            ..Comparison::default()
+        },
     };
-    let cmp = compare_objects(live, obj, &ty, Scope::of(ctx, sub));
     record_changes(
         &mut entries,
         cmp,
@@ -1764,7 +1880,10 @@ fn apply_with(
     };
     if entries.is_empty() && live.is_some() {
         // The fields an untracked object has belong to `before-first-apply`.
-        let cmp = compare_objects(&skeleton(live_v, &ty), live_v, &ty, scope);
+        let cmp = Comparison {
+            added: created_fields(live_v, &ty, scope),
+            ..Comparison::default()
+        };
         record_changes(
             &mut entries,
             cmp,
@@ -1958,6 +2077,52 @@ mod tests {
         assert!(set.has(&["f:metadata".into(), "f:labels".into()]));
         assert!(!set.has(&["f:spec".into()]));
         assert!(FieldSet::from_fields_v1(&json!({"x:y": {}})).is_err());
+    }
+
+    /// The one-walk create path agrees with comparing against the skeleton.
+    #[test]
+    fn created_fields_match_the_skeleton_comparison() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "b"}, "annotations": {}, "finalizers": ["x", "x"],
+                "ownerReferences": [{"uid": "u1", "name": "o", "kind": "K", "apiVersion": "v1"}]},
+            "spec": {"containers": [
+                {"name": "c", "image": "i", "ports": [{"containerPort": 80}, {"containerPort": 80}],
+                 "resources": {"requests": {"cpu": "1"}}, "securityContext": {}},
+                {"name": "c", "image": "dup"},
+                {"image": "no-name"}],
+                "nodeSelector": {"k": "v"}, "affinity": {"nodeAffinity": {}}, "tolerations": [{"key": "t"}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "True"}]}});
+        let deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"a": "b"}},
+                "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "n", "image": "x"}]}},
+                "strategy": {}}});
+        let cr = json!({"apiVersion": "x/v1", "kind": "C", "metadata": {"name": "c", "labels": {"l": "v"}},
+            "spec": {"items": [{"name": "a", "v": 1}], "tags": ["a", "b"], "m": {"k": {"x": 1}}},
+            "status": {"ok": true}});
+        let crd = Arc::new(CrdSchema::new(Arc::new(
+            json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {
+                "items": {"type": "array", "x-kubernetes-list-type": "map",
+                          "x-kubernetes-list-map-keys": ["name"], "items": {"type": "object"}},
+                "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                "m": {"type": "object", "x-kubernetes-map-type": "atomic"}}}}}),
+        )));
+        let cases = [
+            (Schema::builtin("", "Pod"), pod),
+            (Schema::builtin("apps", "Deployment"), deploy),
+            (Schema::custom(crd), cr),
+        ];
+        for (schema, obj) in cases {
+            let ty = schema.root();
+            for scope in [Scope::All, Scope::NoStatus, Scope::OnlyStatus] {
+                let cmp = compare_objects(&skeleton(&obj, &ty), &obj, &ty, scope);
+                let mut want = cmp.added;
+                want.union_with(&cmp.modified);
+                assert!(cmp.removed.is_empty());
+                let got = created_fields(&obj, &ty, scope);
+                assert_eq!(got.to_fields_v1(), want.to_fields_v1(), "{obj}");
+            }
+        }
     }
 
     #[test]
