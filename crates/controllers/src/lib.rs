@@ -26,12 +26,14 @@ use tokio::task::JoinHandle;
 pub mod catalog;
 pub mod gc;
 pub mod namespace;
+pub mod nodesim;
 mod queue;
 pub mod workloads;
 
 pub use catalog::{Catalog, Resource};
 pub use gc::{GarbageCollector, GcOptions};
 pub use namespace::{NamespaceController, NamespaceOptions};
+pub use nodesim::{NodeSimulator, RunningSimulator, SimulatorOptions};
 pub use workloads::{WorkloadController, WorkloadOptions, Workloads};
 
 /// The names of the built-in controllers, as `kubeforge up` prints them.
