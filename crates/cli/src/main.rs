@@ -6,6 +6,7 @@
 //! server.
 
 mod operator;
+mod scheduler;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -43,6 +44,9 @@ enum Command {
     /// Run a reference operator (memcached, crontab) against a cluster, or
     /// print its CRD.
     Operator(operator::OperatorArgs),
+    /// Run kubeforge's scheduler (Scheduling Framework plugins, extenders)
+    /// against a cluster, configured by a KubeSchedulerConfiguration file.
+    Scheduler(scheduler::SchedulerArgs),
 }
 
 #[derive(Args, Clone)]
@@ -85,6 +89,7 @@ fn main() -> Result<()> {
         Command::Up(args) => rt.block_on(serve(args, true)),
         Command::Apiserver(args) => rt.block_on(serve(args, false)),
         Command::Operator(args) => rt.block_on(operator::run(args)),
+        Command::Scheduler(args) => rt.block_on(scheduler::run(args)),
     }
 }
 

@@ -1,0 +1,89 @@
+//! `kubeforge scheduler`: run kubeforge's scheduler against a cluster (the
+//! embedded one from `kubeforge up`, or a real one as a second scheduler),
+//! configured by a KubeSchedulerConfiguration file.
+//!
+//! ```sh
+//! kubeforge scheduler --kubeconfig .kubeforge/kubeconfig --config sched.yaml --metrics-addr 127.0.0.1:10259
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use kubeforge_scheduler::{SchedulerBuilder, SchedulerConfiguration};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(Args, Clone)]
+pub struct SchedulerArgs {
+    /// Kubeconfig of the cluster (default: $KUBECONFIG, ~/.kube/config or in-cluster).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// A KubeSchedulerConfiguration file (kubescheduler.config.k8s.io/v1).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Serve Prometheus metrics on this address at /metrics.
+    #[arg(long)]
+    metrics_addr: Option<SocketAddr>,
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading the kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer().await.context(
+            "no cluster configuration found: pass --kubeconfig, set KUBECONFIG, or run `kubeforge up`",
+        )?,
+    };
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+pub async fn run(args: SchedulerArgs) -> Result<()> {
+    let config = match &args.config {
+        Some(path) => SchedulerConfiguration::from_file(path)
+            .with_context(|| format!("invalid scheduler configuration {}", path.display()))?,
+        None => SchedulerConfiguration::default(),
+    };
+    let client = client(args.kubeconfig.as_ref()).await?;
+    let scheduler = SchedulerBuilder::new(client)
+        .config(config.clone())
+        .start()
+        .context("starting the scheduler")?;
+    let profiles: Vec<String> = config
+        .effective_profiles()
+        .iter()
+        .map(|p| p.scheduler_name.clone().unwrap_or_else(|| "default-scheduler".into()))
+        .collect();
+    println!("kubeforge scheduler running; profiles: {}", profiles.join(", "));
+    if let Some(addr) = args.metrics_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening for metrics on {addr}"))?;
+        let metrics = scheduler.metrics();
+        println!("  metrics: http://{}/metrics", listener.local_addr()?);
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let body = metrics.render();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    let _ = s.read(&mut buf).await;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = s.write_all(head.as_bytes()).await;
+                    let _ = s.write_all(body.as_bytes()).await;
+                });
+            }
+        });
+    }
+    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    scheduler.stop().await;
+    println!("kubeforge scheduler stopped");
+    Ok(())
+}
