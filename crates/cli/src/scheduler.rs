@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use kubeforge_scheduler::{SchedulerBuilder, SchedulerConfiguration};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Args, Clone)]
 pub struct SchedulerArgs {
@@ -67,17 +66,29 @@ pub async fn run(args: SchedulerArgs) -> Result<()> {
         let metrics = scheduler.metrics();
         println!("  metrics: http://{}/metrics", listener.local_addr()?);
         tokio::spawn(async move {
-            while let Ok((mut s, _)) = listener.accept().await {
+            while let Ok((s, _)) = listener.accept().await {
                 let body = metrics.render();
                 tokio::spawn(async move {
+                    // One request per connection; the request itself is not parsed.
                     let mut buf = [0u8; 1024];
-                    let _ = s.read(&mut buf).await;
-                    let head = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    if s.readable().await.is_ok() {
+                        let _ = s.try_read(&mut buf);
+                    }
+                    let data = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                         body.len()
                     );
-                    let _ = s.write_all(head.as_bytes()).await;
-                    let _ = s.write_all(body.as_bytes()).await;
+                    let mut off = 0;
+                    while off < data.len() {
+                        if s.writable().await.is_err() {
+                            break;
+                        }
+                        match s.try_write(&data.as_bytes()[off..]) {
+                            Ok(n) => off += n,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                            Err(_) => break,
+                        }
+                    }
                 });
             }
         });
