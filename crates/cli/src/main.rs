@@ -1,10 +1,12 @@
 //! The `kubeforge` command.
 //!
-//! `kubeforge up` runs the embedded control plane on loopback with its state
-//! in `.kubeforge/`: the API server and the built-in controllers (garbage
-//! collector, namespace controller). `kubeforge apiserver` runs just the API
+//! `kubeforge up` runs a whole cluster on loopback with its state in
+//! `.kubeforge/`: the API server, the built-in controllers (garbage
+//! collector, namespace controller), the workload controllers, the scheduler
+//! and simulated nodes ([`cluster`]). `kubeforge apiserver` runs just the API
 //! server.
 
+mod cluster;
 mod operator;
 mod scheduler;
 
@@ -35,9 +37,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the embedded control plane: the API server and the built-in
-    /// controllers (state in .kubeforge/ by default).
-    Up(ServeArgs),
+    /// Run a whole cluster in one process: the API server, the built-in and
+    /// workload controllers, the scheduler and simulated nodes (state in
+    /// .kubeforge/ by default).
+    Up(UpArgs),
     /// Run only the API server (no garbage collector or namespace
     /// controller: deleting a namespace then empties it at once).
     Apiserver(ServeArgs),
@@ -47,6 +50,14 @@ enum Command {
     /// Run kubeforge's scheduler (Scheduling Framework plugins, extenders)
     /// against a cluster, configured by a KubeSchedulerConfiguration file.
     Scheduler(scheduler::SchedulerArgs),
+}
+
+#[derive(Args, Clone)]
+struct UpArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    #[command(flatten)]
+    cluster: cluster::ClusterArgs,
 }
 
 #[derive(Args, Clone)]
@@ -86,14 +97,15 @@ fn main() -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     match cli.command {
-        Command::Up(args) => rt.block_on(serve(args, true)),
-        Command::Apiserver(args) => rt.block_on(serve(args, false)),
+        Command::Up(args) => rt.block_on(serve(args.serve, Some(args.cluster))),
+        Command::Apiserver(args) => rt.block_on(serve(args, None)),
         Command::Operator(args) => rt.block_on(operator::run(args)),
         Command::Scheduler(args) => rt.block_on(scheduler::run(args)),
     }
 }
 
-async fn serve(args: ServeArgs, up: bool) -> Result<()> {
+async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result<()> {
+    let up = cluster.is_some();
     let started = Instant::now();
     std::fs::create_dir_all(&args.data_dir).with_context(|| {
         format!(
@@ -140,6 +152,10 @@ async fn serve(args: ServeArgs, up: bool) -> Result<()> {
     } else {
         None
     };
+    let cluster = match cluster {
+        Some(c) => Some(cluster::start(&server, c).await?),
+        None => None,
+    };
     if args.compaction_interval > 0 {
         server.start_compaction(
             std::time::Duration::from_secs(args.compaction_interval),
@@ -156,6 +172,9 @@ async fn serve(args: ServeArgs, up: bool) -> Result<()> {
     if controllers.is_some() {
         println!("  controllers: {}", kubeforge_controllers::BUILTIN_NAMES);
     }
+    for line in cluster.iter().flat_map(cluster::Cluster::describe) {
+        println!("{line}");
+    }
     println!(
         "  store:      {}",
         if args.memory {
@@ -167,11 +186,17 @@ async fn serve(args: ServeArgs, up: bool) -> Result<()> {
     println!();
     println!("export KUBECONFIG={}", kubeconfig.display());
     println!();
-    println!("Try: kubectl get ns");
+    match &cluster {
+        Some(c) => c.try_lines().iter().for_each(|l| println!("{l}")),
+        None => println!("Try: kubectl get ns"),
+    }
     serving
         .await
         .context("the server task failed")?
         .context("serving HTTP")?;
+    if let Some(c) = cluster {
+        c.stop().await;
+    }
     if let Some(c) = controllers {
         c.stop().await;
     }

@@ -147,7 +147,7 @@ async fn manager(a: &RunArgs, lock: &str, crd: &str) -> Result<Manager> {
     Ok(b.build())
 }
 
-async fn install_crd(client: &kube::Client, name: &str) -> Result<()> {
+pub(crate) async fn install_crd(client: &kube::Client, name: &str) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Api, Patch, PatchParams};
     let crd = kubeforge_operators::crd_by_name(name)?;

@@ -311,7 +311,7 @@ pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 /// Parse a duration annotation: `"5s"`, `"250ms"`, `"2m"`, `"1h"`, or plain
 /// seconds (`"3"`, `"0.5"`).
-pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
+pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
         Some(i) => s.split_at(i),

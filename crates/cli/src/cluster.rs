@@ -1,0 +1,242 @@
+//! What `kubeforge up` runs beside the API server and the built-in
+//! controllers to make a whole cluster: the workload controllers, the
+//! scheduler, the node simulator and, on request, the sample operators —
+//! all in-process, each talking to the server through its own in-process
+//! `kube::Client`, exactly as they would to a remote API server.
+//!
+//! ```text
+//! kubeforge up                                  # 3 simulated nodes
+//! kubeforge up --nodes 5000 --pod-start-delay 0
+//! kubeforge up --node-config nodes.yaml --operators memcached,crontab
+//! ```
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use kubeforge_apiserver::ApiServer;
+use kubeforge_controllers::nodesim::{
+    self, Delays, NodeSimulator, RunningSimulator, SimulatorOptions,
+};
+use kubeforge_controllers::workloads::{self, WorkloadOptions, Workloads};
+use kubeforge_runtime::{Manager, ShutdownHandle};
+use kubeforge_scheduler::{RunningScheduler, SchedulerBuilder, SchedulerConfiguration};
+
+/// The operators `--operators` accepts.
+const OPERATORS: [&str; 2] = ["memcached", "crontab"];
+
+/// `kubeforge up`'s cluster options.
+#[derive(Args, Clone, Debug)]
+pub struct ClusterArgs {
+    /// Simulated nodes node-0 … node-{N-1} (32 CPUs, 256Gi, 110 pods each,
+    /// spread over zone-a/b/c); 0 for none.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Declare the simulated nodes in a YAML file instead (capacity,
+    /// extended resources, labels, taints, podCIDR); see docs/guide/nodes.md.
+    #[arg(long, value_name = "FILE")]
+    node_config: Option<PathBuf>,
+    /// How long a bound pod takes to become Running ("100ms", "0").
+    #[arg(long, default_value = "100ms", value_parser = duration)]
+    pod_start_delay: Duration,
+    /// How long a Job's pod runs before it succeeds.
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    pod_run_time: Duration,
+    /// How long containers take to exit after a graceful delete (default:
+    /// the pod's whole grace period).
+    #[arg(long, value_parser = duration)]
+    pod_exit_delay: Option<Duration>,
+    /// Sample operators to run in-process (their CRDs are installed):
+    /// memcached, crontab.
+    #[arg(long, value_delimiter = ',')]
+    operators: Vec<String>,
+    /// How long a node may miss heartbeats before the node lifecycle
+    /// controller marks it NotReady (kube-controller-manager's 40s).
+    #[arg(long, default_value = "40s", value_parser = duration)]
+    node_monitor_grace_period: Duration,
+    /// A KubeSchedulerConfiguration file for the scheduler.
+    #[arg(long, value_name = "FILE")]
+    scheduler_config: Option<PathBuf>,
+    /// Run without the scheduler (pods stay Pending unless bound by hand).
+    #[arg(long)]
+    no_scheduler: bool,
+    /// Run without the workload controllers (Deployments, Jobs, … do nothing).
+    #[arg(long)]
+    no_workload_controllers: bool,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    nodesim::parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (e.g. 0, 250ms, 2s)"))
+}
+
+/// The cluster's running parts.
+pub struct Cluster {
+    workloads: Option<Workloads>,
+    scheduler: Option<RunningScheduler>,
+    simulator: Option<RunningSimulator>,
+    operators: Option<(
+        Vec<String>,
+        ShutdownHandle,
+        tokio::task::JoinHandle<Result<(), kubeforge_runtime::Error>>,
+    )>,
+    delays: Delays,
+}
+
+/// Start the workload controllers, the scheduler, the simulated nodes and
+/// the operators against `server` (whose built-in controllers already run).
+pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
+    for op in &args.operators {
+        if !OPERATORS.contains(&op.as_str()) {
+            bail!(
+                "unknown operator {op:?} in --operators: choose from {}",
+                OPERATORS.join(", ")
+            );
+        }
+    }
+    let nodes = match &args.node_config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the node config {}", path.display()))?;
+            nodesim::config::from_yaml(&text).with_context(|| format!("in {}", path.display()))?
+        }
+        None if args.nodes == 0 => Vec::new(),
+        None => nodesim::config::uniform(args.nodes)?,
+    };
+    let scheduler_config = match &args.scheduler_config {
+        Some(path) => SchedulerConfiguration::from_file(path)
+            .with_context(|| format!("invalid scheduler configuration {}", path.display()))?,
+        None => SchedulerConfiguration::default(),
+    };
+    let delays = Delays {
+        start: args.pod_start_delay,
+        complete: args.pod_run_time,
+        exit: args.pod_exit_delay,
+    };
+    let workloads = if args.no_workload_controllers {
+        None
+    } else {
+        Some(
+            workloads::start(
+                server.client(),
+                WorkloadOptions {
+                    node_monitor_grace_period: args.node_monitor_grace_period,
+                    node_monitor_period: args
+                        .node_monitor_grace_period
+                        .min(Duration::from_secs(5))
+                        .max(Duration::from_millis(200)),
+                    ..WorkloadOptions::default()
+                },
+            )
+            .await
+            .context("starting the workload controllers")?,
+        )
+    };
+    let scheduler = if args.no_scheduler {
+        None
+    } else {
+        Some(
+            SchedulerBuilder::new(server.client())
+                .config(scheduler_config)
+                .start()
+                .context("starting the scheduler")?,
+        )
+    };
+    let simulator = if nodes.is_empty() {
+        None
+    } else {
+        // The simulated kubelets finish graceful pod deletion.
+        server.set_graceful_pod_deletion(true);
+        let options = SimulatorOptions::new(nodes).delays(delays);
+        Some(
+            NodeSimulator::start(server.client(), options)
+                .await
+                .context("registering the simulated nodes")?,
+        )
+    };
+    let operators = if args.operators.is_empty() {
+        None
+    } else {
+        let client = server.client();
+        let mgr = Manager::builder(client.clone())
+            .handle_signals(false)
+            .build();
+        for op in &args.operators {
+            crate::operator::install_crd(&client, op).await?;
+            match op.as_str() {
+                "memcached" => {
+                    kubeforge_operators::memcached::controller::register(&mgr, Default::default())
+                }
+                _ => kubeforge_operators::crontab::controller::register(&mgr, Default::default()),
+            }
+        }
+        let handle = mgr.shutdown_handle();
+        Some((args.operators.clone(), handle, tokio::spawn(mgr.run())))
+    };
+    Ok(Cluster {
+        workloads,
+        scheduler,
+        simulator,
+        operators,
+        delays,
+    })
+}
+
+impl Cluster {
+    /// Lines saying what runs, under the API server's.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.workloads.is_some() {
+            out.push(format!("  workloads:  {}", workloads::NAMES));
+        }
+        if self.scheduler.is_some() {
+            out.push("  scheduler:  default-scheduler".to_string());
+        }
+        if let Some(sim) = &self.simulator {
+            let nodes = sim.nodes();
+            let names = match nodes {
+                [one] => one.name.clone(),
+                [first, .., last] => format!("{} … {}", first.name, last.name),
+                [] => String::new(),
+            };
+            out.push(format!(
+                "  nodes:      {} simulated ({names}), pods start after {:?}",
+                nodes.len(),
+                self.delays.start
+            ));
+        }
+        if let Some((names, _, _)) = &self.operators {
+            out.push(format!("  operators:  {}", names.join(", ")));
+        }
+        out
+    }
+
+    /// The first commands to try.
+    pub fn try_lines(&self) -> Vec<String> {
+        if self.simulator.is_some() && self.workloads.is_some() {
+            vec![
+                "Try: kubectl create deployment web --image=nginx --replicas=3".to_string(),
+                "     kubectl rollout status deploy/web && kubectl get pods -o wide".to_string(),
+            ]
+        } else {
+            vec!["Try: kubectl get ns".to_string()]
+        }
+    }
+
+    /// Stop everything, operators first, nodes last but one.
+    pub async fn stop(self) {
+        if let Some((_, handle, task)) = self.operators {
+            handle.shutdown();
+            let _ = task.await;
+        }
+        if let Some(s) = self.scheduler {
+            s.stop().await;
+        }
+        if let Some(w) = self.workloads {
+            w.stop().await;
+        }
+        if let Some(sim) = self.simulator {
+            sim.stop().await;
+        }
+    }
+}
