@@ -316,22 +316,17 @@ fn verify(bytes: &[u8], uid: &str) -> Result<Reply, String> {
     if got != uid {
         return Err(format!("expected response.uid=\"{uid}\", got \"{got}\""));
     }
+    // Go decodes a []byte from a base64 string or from an array of numbers
+    // (kube-rs sends the latter), so both are accepted.
     let patch = match (
-        r.get("patch").and_then(Value::as_str),
+        r.get("patch").filter(|p| !p.is_null()),
         r.get("patchType").and_then(Value::as_str),
     ) {
         (None, _) => None,
         (Some(_), None) => {
             return Err("webhook returned response.patch but not response.patchType".into());
         }
-        (Some(p), Some("JSONPatch")) => {
-            use base64::Engine;
-            Some(
-                base64::engine::general_purpose::STANDARD
-                    .decode(p)
-                    .map_err(|e| format!("response.patch is not base64: {e}"))?,
-            )
-        }
+        (Some(p), Some("JSONPatch")) => Some(patch_bytes(p)?),
         (Some(_), Some(t)) => {
             return Err(format!(
                 "webhook returned invalid response.patchType of \"{t}\""
@@ -353,6 +348,28 @@ fn verify(bytes: &[u8], uid: &str) -> Result<Reply, String> {
             })
             .unwrap_or_default(),
     })
+}
+
+/// The bytes of `response.patch`: base64 text or an array of bytes.
+fn patch_bytes(p: &Value) -> Result<Vec<u8>, String> {
+    let bad = || "response.patch is neither base64 nor an array of bytes".to_string();
+    match p {
+        Value::String(s) => {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(s)
+                .map_err(|e| format!("response.patch is not base64: {e}"))
+        }
+        Value::Array(a) => a
+            .iter()
+            .map(|b| {
+                b.as_u64()
+                    .and_then(|b| u8::try_from(b).ok())
+                    .ok_or_else(bad)
+            })
+            .collect(),
+        _ => Err(bad()),
+    }
 }
 
 fn static_reason(r: &str) -> &'static str {
