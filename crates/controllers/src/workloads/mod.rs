@@ -155,6 +155,7 @@ pub(crate) struct Ctx {
     pub revisions: Store<ControllerRevision>,
     pub leases: Store<Lease>,
     pub expectations: util::Expectations,
+    pub pod_index: util::PodIndex,
 }
 
 /// The workload controllers, running; see [`start`].
@@ -206,6 +207,7 @@ pub async fn start(client: Client, opts: WorkloadOptions) -> Result<Workloads, E
         revisions: mgr.store::<ControllerRevision>(),
         leases: mgr.store::<Lease>(),
         expectations: util::Expectations::default(),
+        pod_index: util::PodIndex::default(),
         opts,
     });
     let on = |c: WorkloadController| ctx.opts.enabled.contains(&c);

@@ -1,10 +1,344 @@
-//! The replicaset controller (in progress).
+//! The ReplicaSet controller: creates and deletes pods so that as many
+//! active pods as `spec.replicas` match the selector, adopting orphans and
+//! releasing pods that stopped matching, and writes `status` (replicas,
+//! fullyLabeledReplicas, readyReplicas, availableReplicas with
+//! `minReadySeconds`, observedGeneration, the ReplicaFailure condition).
+//!
+//! As kube's: expectations (pods it created or deleted that the cache has
+//! not shown yet) stop it from counting again under watch lag; creations go
+//! in slow-start batches (1, 2, 4, …) at most `burst_replicas` per sync, and
+//! stop at the first error; deletions prefer unscheduled < scheduled,
+//! pending < running, not ready < ready, ready for less time, more
+//! restarts, newer. A pod it cannot create (a rejected template) sets
+//! ReplicaFailure=True (reason FailedCreate), records a Warning event and
+//! is retried with the runtime's per-object backoff, never in a hot loop.
 
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use kubeforge_runtime::Manager;
+use futures::future::join_all;
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kubeforge_runtime::{Action, Manager, ReconcileError};
+use serde_json::{Value, json};
 
 use super::Ctx;
+use super::util::{self, controller_of, is_active, key_of, matches, selector};
 
 /// Register the controller with `mgr`.
-pub(crate) fn register(_mgr: &Manager, _ctx: Arc<Ctx>) {}
+pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
+    let rs_store = ctx.replicasets.clone();
+    let mapper_ctx = ctx.clone();
+    mgr.controller::<ReplicaSet, _>("replicaset", ctx.clone())
+        .watches::<Pod, _>(move |pod| {
+            mapper_ctx.pod_index.observe(pod);
+            pod_owners(&rs_store, pod)
+        })
+        .max_concurrent_reconciles(ctx.opts.concurrency)
+        .register(reconcile);
+}
+
+/// The ReplicaSets to reconcile when `pod` changes: its controller if a
+/// ReplicaSet, else (an orphan) every ReplicaSet of its namespace whose
+/// selector matches it.
+fn pod_owners(rs_store: &Store<ReplicaSet>, pod: &Pod) -> Vec<ObjectRef<ReplicaSet>> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    match controller_of(&pod.metadata) {
+        Some(r) if r.kind == "ReplicaSet" && r.api_version == "apps/v1" => {
+            vec![ObjectRef::new(&r.name).within(ns)]
+        }
+        Some(_) => Vec::new(),
+        None => rs_store
+            .state()
+            .iter()
+            .filter(|rs| rs.metadata.namespace.as_deref() == Some(ns))
+            .filter(|rs| {
+                selector(rs.spec.as_ref().map(|s| &s.selector))
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| matches(&Some(s), pod.metadata.labels.as_ref()))
+            })
+            .map(|rs| ObjectRef::from_obj(&**rs))
+            .collect(),
+    }
+}
+
+/// Delete preference (kube's `ActivePods` ordering): the first pods are
+/// deleted first.
+pub(crate) fn deletion_order(a: &Pod, b: &Pod) -> Ordering {
+    let node = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty())
+    };
+    let phase_rank = |p: &Pod| match util::phase(p) {
+        "Pending" | "" => 0,
+        "Unknown" => 1,
+        "Running" => 2,
+        _ => 3,
+    };
+    let cost = |p: &Pod| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("controller.kubernetes.io/pod-deletion-cost"))
+            .and_then(|v| v.parse::<i32>().ok())
+            .unwrap_or(0)
+    };
+    let restarts = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map_or(0, |cs| cs.iter().map(|c| c.restart_count).max().unwrap_or(0))
+    };
+    let ready_at = |p: &Pod| util::ready_since(p).flatten();
+    let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    node(a)
+        .cmp(&node(b))
+        .then(phase_rank(a).cmp(&phase_rank(b)))
+        .then(util::is_ready(a).cmp(&util::is_ready(b)))
+        .then(cost(a).cmp(&cost(b)))
+        // Ready for less time (a later transition) first.
+        .then_with(|| match (ready_at(a), ready_at(b)) {
+            (Some(x), Some(y)) if util::is_ready(a) && util::is_ready(b) => y.cmp(&x),
+            _ => Ordering::Equal,
+        })
+        .then(restarts(b).cmp(&restarts(a)))
+        // Newer first.
+        .then(created(b).cmp(&created(a)))
+}
+
+async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, ReconcileError> {
+    let ctx: &Ctx = &ctx;
+    let key = format!("rs/{}", key_of(&rs.metadata));
+    if rs.metadata.deletion_timestamp.is_some() {
+        ctx.expectations.forget(&key);
+        return Ok(Action::await_change());
+    }
+    let spec = rs.spec.clone().unwrap_or_default();
+    let sel = match selector(Some(&spec.selector)) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ctx
+                .events
+                .warning(&*rs, "InvalidSelector", "Sync", &e.to_string())
+                .await;
+            return Ok(Action::await_change());
+        }
+    };
+    let pods = claim_pods(ctx, &rs, &sel).await.map_err(ReconcileError::new)?;
+    let active: Vec<Arc<Pod>> = pods.into_iter().filter(|p| is_active(p)).collect();
+
+    let mut failure: Option<String> = None;
+    if ctx.expectations.satisfied(&key, &ctx.pods) {
+        let want = spec.replicas.unwrap_or(1).max(0) as usize;
+        if let Err(e) = manage(ctx, &rs, &key, &active, want).await {
+            failure = Some(e.to_string());
+        }
+    }
+    let requeue = write_status(ctx, &rs, &active, failure.as_deref()).await?;
+    if let Some(msg) = failure {
+        let _ = ctx
+            .events
+            .warning(&*rs, "FailedCreate", "Create", &msg)
+            .await;
+        return Err(ReconcileError::new(std::io::Error::other(msg)));
+    }
+    Ok(match requeue {
+        Some(d) => Action::requeue(d),
+        None => Action::await_change(),
+    })
+}
+
+/// The pods the ReplicaSet controls after adopting matching orphans and
+/// releasing pods that no longer match (kube's `ClaimPods`).
+pub(crate) async fn claim_pods(
+    ctx: &Ctx,
+    rs: &ReplicaSet,
+    sel: &Option<kube::core::Selector>,
+) -> Result<Vec<Arc<Pod>>, kube::Error> {
+    let uid = rs.metadata.uid.clone().unwrap_or_default();
+    let ns = rs.metadata.namespace.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    for p in ctx.pod_index.owned_by(&ctx.pods, &uid) {
+        if matches(sel, p.metadata.labels.as_ref()) {
+            out.push(p);
+        } else {
+            util::release::<Pod>(&ctx.client, &p.metadata, &uid).await?;
+        }
+    }
+    let Some(owner) = util::owner_ref(rs) else {
+        return Ok(out);
+    };
+    for p in ctx.pod_index.orphans(&ctx.pods, &ns) {
+        if p.metadata.deletion_timestamp.is_none()
+            && matches(sel, p.metadata.labels.as_ref())
+            && util::adopt_pod(&ctx.client, &p, owner.clone()).await?
+        {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+/// Create or delete pods so that `want` are active.
+async fn manage(
+    ctx: &Ctx,
+    rs: &ReplicaSet,
+    key: &str,
+    active: &[Arc<Pod>],
+    want: usize,
+) -> Result<(), kube::Error> {
+    let ns = rs.metadata.namespace.clone().unwrap_or_default();
+    let name = rs.metadata.name.clone().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let burst = ctx.opts.burst_replicas.max(1);
+    if active.len() < want {
+        let mut left = (want - active.len()).min(burst);
+        let Some(owner) = util::owner_ref(rs) else {
+            return Ok(());
+        };
+        let template = rs
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.clone())
+            .unwrap_or_default();
+        let pod = util::pod_from_template(&template, owner, None, &name);
+        let pp = PostParams::default();
+        let mut batch = 1usize;
+        while left > 0 {
+            let n = batch.min(left);
+            let results = join_all((0..n).map(|_| api.create(&pp, &pod))).await;
+            let mut first_err = None;
+            for r in results {
+                match r {
+                    Ok(p) => ctx
+                        .expectations
+                        .expect_add(key, key_of(&p.metadata)),
+                    Err(e) => {
+                        if first_err.is_none() {
+                            first_err = Some(e);
+                        }
+                    }
+                }
+            }
+            if let Some(e) = first_err {
+                return Err(e);
+            }
+            left -= n;
+            batch *= 2;
+        }
+    } else if active.len() > want {
+        let mut victims: Vec<&Arc<Pod>> = active.iter().collect();
+        victims.sort_by(|a, b| deletion_order(a, b));
+        victims.truncate((active.len() - want).min(burst));
+        let results = join_all(victims.iter().map(|p| {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let api = api.clone();
+            async move { (api.delete(&name, &DeleteParams::default()).await, name) }
+        }))
+        .await;
+        for (r, pod) in results {
+            match r {
+                Ok(_) => ctx.expectations.expect_del(key, format!("{ns}/{pod}")),
+                Err(e) if crate::is_not_found(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Compute and write the status; returns when to look again for pods
+/// about to become available.
+async fn write_status(
+    ctx: &Ctx,
+    rs: &ReplicaSet,
+    active: &[Arc<Pod>],
+    failure: Option<&str>,
+) -> Result<Option<Duration>, ReconcileError> {
+    let spec = rs.spec.clone().unwrap_or_default();
+    let min_ready = spec.min_ready_seconds.unwrap_or(0);
+    let now = jiff::Timestamp::now();
+    let template_labels: BTreeMap<String, String> = spec
+        .template
+        .as_ref()
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let mut ready = 0;
+    let mut available = 0;
+    let mut fully_labeled = 0;
+    let mut requeue: Option<Duration> = None;
+    for p in active {
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        if template_labels.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+            fully_labeled += 1;
+        }
+        if util::is_ready(p) {
+            ready += 1;
+        }
+        match util::availability(p, min_ready, now) {
+            (true, _) => available += 1,
+            (false, Some(wait)) => {
+                let wait = wait + Duration::from_millis(10);
+                requeue = Some(requeue.map_or(wait, |r| r.min(wait)));
+            }
+            (false, None) => {}
+        }
+    }
+    let old = rs.status.clone().unwrap_or_default();
+    let mut conditions = old.conditions.clone().unwrap_or_default();
+    match failure {
+        Some(msg) => {
+            let c = ReplicaSetCondition {
+                type_: "ReplicaFailure".into(),
+                status: "True".into(),
+                reason: Some("FailedCreate".into()),
+                message: Some(msg.to_string()),
+                last_transition_time: Some(util::now_time()),
+            };
+            match conditions.iter_mut().find(|c| c.type_ == "ReplicaFailure") {
+                Some(existing) if existing.message.as_deref() == Some(msg) => {}
+                Some(existing) => *existing = c,
+                None => conditions.push(c),
+            }
+        }
+        None => conditions.retain(|c| c.type_ != "ReplicaFailure"),
+    }
+    let replicas = i32::try_from(active.len()).unwrap_or(i32::MAX);
+    let unchanged = old.replicas == replicas
+        && old.ready_replicas.unwrap_or(0) == ready
+        && old.available_replicas.unwrap_or(0) == available
+        && old.fully_labeled_replicas.unwrap_or(0) == fully_labeled
+        && old.observed_generation == rs.metadata.generation
+        && old.conditions.clone().unwrap_or_default() == conditions;
+    if !unchanged {
+        let status = json!({
+            "replicas": replicas,
+            "readyReplicas": ready,
+            "availableReplicas": available,
+            "fullyLabeledReplicas": fully_labeled,
+            "observedGeneration": rs.metadata.generation,
+            "conditions": if conditions.is_empty() { Value::Null } else { serde_json::to_value(&conditions).unwrap_or(Value::Null) },
+        });
+        match util::patch_status::<ReplicaSet>(
+            &ctx.client,
+            rs.metadata.namespace.as_deref(),
+            rs.metadata.name.as_deref().unwrap_or_default(),
+            status,
+        )
+        .await
+        {
+            Ok(()) => {}
+            Err(e) if crate::is_not_found(&e) => {}
+            Err(e) => return Err(ReconcileError::new(e)),
+        }
+    }
+    Ok(requeue)
+}

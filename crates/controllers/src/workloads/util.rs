@@ -1,5 +1,512 @@
-//! Helpers shared by the workload controllers.
+//! Helpers shared by the workload controllers: expectations, a pod index
+//! over the shared cache, selectors, pod readiness, int-or-percent
+//! arithmetic, the pod-template hash, pod construction and API calls.
 
-/// Pods a controller created or deleted and has not yet seen in its cache.
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::{Selector, SelectorExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource};
+use serde_json::{Value, json};
+
+/// Lock a mutex, recovering from poisoning (a panicked reconcile must not
+/// wedge the others).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How long an unmet expectation is trusted (kube: 5 minutes).
+const EXPECTATION_TTL: Duration = Duration::from_secs(300);
+
 #[derive(Default)]
-pub(crate) struct Expectations {}
+struct Expected {
+    adds: HashSet<String>,
+    dels: HashSet<String>,
+    at: Option<Instant>,
+}
+
+/// Pods a controller created or deleted and has not yet seen so in its
+/// cache (kube's ControllerExpectations, by pod name): until they are
+/// observed, a controller does not count pods again, so watch lag never
+/// makes it create or delete twice.
+#[derive(Default)]
+pub(crate) struct Expectations {
+    by_owner: Mutex<HashMap<String, Expected>>,
+}
+
+impl Expectations {
+    /// `owner` (a key such as `rs/ns/name`) expects pod `ns/name` to appear.
+    pub(crate) fn expect_add(&self, owner: &str, pod: String) {
+        let mut m = lock(&self.by_owner);
+        let e = m.entry(owner.to_string()).or_default();
+        e.adds.insert(pod);
+        e.at = Some(Instant::now());
+    }
+
+    /// `owner` expects pod `ns/name` to disappear (or be terminating).
+    pub(crate) fn expect_del(&self, owner: &str, pod: String) {
+        let mut m = lock(&self.by_owner);
+        let e = m.entry(owner.to_string()).or_default();
+        e.dels.insert(pod);
+        e.at = Some(Instant::now());
+    }
+
+    /// Forget what `owner` expected (the owner is gone).
+    pub(crate) fn forget(&self, owner: &str) {
+        lock(&self.by_owner).remove(owner);
+    }
+
+    /// Whether everything `owner` expected has been observed in `pods`
+    /// (or the expectations expired).
+    pub(crate) fn satisfied(&self, owner: &str, pods: &Store<Pod>) -> bool {
+        let mut m = lock(&self.by_owner);
+        let Some(e) = m.get_mut(owner) else {
+            return true;
+        };
+        e.adds.retain(|k| pods.get(&pod_ref(k)).is_none());
+        e.dels.retain(|k| {
+            pods.get(&pod_ref(k))
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
+        });
+        let expired = e.at.is_some_and(|t| t.elapsed() > EXPECTATION_TTL);
+        if e.adds.is_empty() && e.dels.is_empty() || expired {
+            m.remove(owner);
+            return true;
+        }
+        false
+    }
+}
+
+/// The cache key of pod `ns/name`.
+fn pod_ref(key: &str) -> ObjectRef<Pod> {
+    match key.split_once('/') {
+        Some((ns, name)) => ObjectRef::new(name).within(ns),
+        None => ObjectRef::new(key),
+    }
+}
+
+/// `ns/name` of an object.
+pub(crate) fn key_of(meta: &ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// An index over the shared pod cache: pods by controller UID, orphans by
+/// namespace, pods by node. Entries are added as pods are seen (controllers'
+/// watch mappers call [`PodIndex::observe`]) and checked against the cache
+/// when read, so stale ones fall out; the first read seeds it from the
+/// cache. It makes "my pods" O(my pods) instead of O(all pods).
+#[derive(Default)]
+pub(crate) struct PodIndex {
+    seeded: AtomicBool,
+    keys: Mutex<HashMap<String, HashSet<(String, String)>>>,
+}
+
+fn owner_key(uid: &str) -> String {
+    format!("o\0{uid}")
+}
+fn orphan_key(ns: &str) -> String {
+    format!("n\0{ns}")
+}
+fn node_key(node: &str) -> String {
+    format!("h\0{node}")
+}
+fn ns_key(ns: &str) -> String {
+    format!("a\0{ns}")
+}
+
+impl PodIndex {
+    /// Record `pod` under its keys.
+    pub(crate) fn observe(&self, pod: &Pod) {
+        let m = &pod.metadata;
+        let ns = m.namespace.clone().unwrap_or_default();
+        let id = (ns.clone(), m.name.clone().unwrap_or_default());
+        let mut keys = lock(&self.keys);
+        match controller_of(m) {
+            Some(r) => {
+                keys.entry(owner_key(&r.uid)).or_default().insert(id.clone());
+            }
+            None => {
+                keys.entry(orphan_key(&ns)).or_default().insert(id.clone());
+            }
+        }
+        if let Some(n) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            keys.entry(node_key(n)).or_default().insert(id.clone());
+        }
+        keys.entry(ns_key(&ns)).or_default().insert(id);
+    }
+
+    fn seed(&self, pods: &Store<Pod>) {
+        if !self.seeded.swap(true, Ordering::SeqCst) {
+            for p in pods.state() {
+                self.observe(&p);
+            }
+        }
+    }
+
+    fn read(
+        &self,
+        pods: &Store<Pod>,
+        key: &str,
+        keep: impl Fn(&Pod) -> bool,
+    ) -> Vec<Arc<Pod>> {
+        self.seed(pods);
+        let mut keys = lock(&self.keys);
+        let Some(set) = keys.get_mut(key) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        set.retain(|(ns, name)| match pods.get(&ObjectRef::new(name).within(ns)) {
+            Some(p) if keep(&p) => {
+                out.push(p);
+                true
+            }
+            _ => false,
+        });
+        if set.is_empty() {
+            keys.remove(key);
+        }
+        out
+    }
+
+    /// Pods whose controller has UID `uid`.
+    pub(crate) fn owned_by(&self, pods: &Store<Pod>, uid: &str) -> Vec<Arc<Pod>> {
+        self.read(pods, &owner_key(uid), |p| {
+            controller_of(&p.metadata).is_some_and(|r| r.uid == uid)
+        })
+    }
+
+    /// Pods of namespace `ns` without a controller.
+    pub(crate) fn orphans(&self, pods: &Store<Pod>, ns: &str) -> Vec<Arc<Pod>> {
+        self.read(pods, &orphan_key(ns), |p| {
+            controller_of(&p.metadata).is_none() && p.metadata.namespace.as_deref() == Some(ns)
+        })
+    }
+
+    /// Pods bound to node `node`.
+    pub(crate) fn on_node(&self, pods: &Store<Pod>, node: &str) -> Vec<Arc<Pod>> {
+        self.read(pods, &node_key(node), |p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+        })
+    }
+
+    /// Pods of namespace `ns`.
+    pub(crate) fn in_namespace(&self, pods: &Store<Pod>, ns: &str) -> Vec<Arc<Pod>> {
+        self.read(pods, &ns_key(ns), |p| p.metadata.namespace.as_deref() == Some(ns))
+    }
+}
+
+/// The controller reference of an object, if any.
+pub(crate) fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+}
+
+/// A selector that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid selector: {0}")]
+pub(crate) struct BadSelector(pub String);
+
+/// Parse a LabelSelector. `None` or an empty selector selects nothing (as
+/// workload controllers treat it).
+pub(crate) fn selector(sel: Option<&LabelSelector>) -> Result<Option<Selector>, BadSelector> {
+    let Some(sel) = sel else { return Ok(None) };
+    if sel.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+        && sel.match_expressions.as_ref().is_none_or(Vec::is_empty)
+    {
+        return Ok(None);
+    }
+    Selector::try_from(sel.clone())
+        .map(Some)
+        .map_err(|e| BadSelector(e.to_string()))
+}
+
+/// Whether `sel` selects `labels`.
+pub(crate) fn matches(sel: &Option<Selector>, labels: Option<&BTreeMap<String, String>>) -> bool {
+    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+    sel.as_ref()
+        .is_some_and(|s| s.matches(labels.unwrap_or(&EMPTY)))
+}
+
+/// Whether the pod is active: not terminating and not finished
+/// (kube's `IsPodActive`).
+pub(crate) fn is_active(p: &Pod) -> bool {
+    let phase = phase(p);
+    phase != "Succeeded" && phase != "Failed" && p.metadata.deletion_timestamp.is_none()
+}
+
+/// The pod's phase ("" when unset).
+pub(crate) fn phase(p: &Pod) -> &str {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+/// When the pod's Ready condition turned True, if it is True.
+pub(crate) fn ready_since(p: &Pod) -> Option<Option<jiff::Timestamp>> {
+    let c = p
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?;
+    (c.status == "True").then(|| c.last_transition_time.as_ref().map(|t| t.0))
+}
+
+/// Whether the pod is Ready.
+pub(crate) fn is_ready(p: &Pod) -> bool {
+    ready_since(p).is_some()
+}
+
+/// Whether the pod has been Ready for `min_ready` seconds at `now`; also
+/// when it will be (for a requeue).
+pub(crate) fn availability(p: &Pod, min_ready: i32, now: jiff::Timestamp) -> (bool, Option<Duration>) {
+    match ready_since(p) {
+        None => (false, None),
+        Some(_) if min_ready <= 0 => (true, None),
+        Some(None) => (false, None),
+        Some(Some(since)) => {
+            let at = since
+                .checked_add(jiff::SignedDuration::from_secs(i64::from(min_ready)))
+                .unwrap_or(since);
+            if at <= now {
+                (true, None)
+            } else {
+                let wait = Duration::try_from(at.duration_since(now)).unwrap_or_default();
+                (false, Some(wait))
+            }
+        }
+    }
+}
+
+/// The value of an int-or-percent against `total`, rounding up or down
+/// (kube's `GetScaledValueFromIntOrPercent`).
+pub(crate) fn scaled(v: Option<&IntOrString>, total: i32, round_up: bool) -> Result<i32, String> {
+    match v {
+        None => Ok(0),
+        Some(IntOrString::Int(i)) => Ok(*i),
+        Some(IntOrString::String(s)) => {
+            let pct = s
+                .strip_suffix('%')
+                .and_then(|n| n.parse::<i64>().ok())
+                .ok_or_else(|| format!("invalid value for IntOrString: invalid type: string is not a percentage: {s:?}"))?;
+            let num = pct * i64::from(total);
+            let v = if round_up {
+                (num + 99).div_euclid(100)
+            } else {
+                num.div_euclid(100)
+            };
+            i32::try_from(v).map_err(|_| format!("value out of range: {s}"))
+        }
+    }
+}
+
+/// 32-bit FNV-1a.
+pub(crate) fn fnv32a(data: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in data {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+/// kube's `rand.SafeEncodeString`: each byte mapped onto an alphabet
+/// without vowels or look-alikes.
+pub(crate) fn safe_encode(s: &str) -> String {
+    const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    s.bytes()
+        .map(|b| char::from(ALPHANUMS[usize::from(b) % ALPHANUMS.len()]))
+        .collect()
+}
+
+/// The pod-template hash: FNV-32a over the template (canonical JSON: keys
+/// sorted) followed by the collision count as 4 little-endian bytes, as
+/// decimal text, safe-encoded (kube's `ComputeHash`; kube hashes the Go
+/// struct's printed form, so values differ from a real cluster's).
+pub(crate) fn template_hash(template: &PodTemplateSpec, collision_count: Option<i32>) -> String {
+    let mut t = template.clone();
+    if let Some(l) = t.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
+        l.remove(POD_TEMPLATE_HASH);
+    }
+    let mut bytes = serde_json::to_value(&t)
+        .map(|v| v.to_string().into_bytes())
+        .unwrap_or_default();
+    if let Some(c) = collision_count {
+        bytes.extend_from_slice(&(c as u32).to_le_bytes());
+    }
+    safe_encode(&fnv32a(&bytes).to_string())
+}
+
+/// The label naming a pod's template hash.
+pub(crate) const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+
+/// Whether two templates are equal ignoring the pod-template-hash label.
+pub(crate) fn templates_equal(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
+    let strip = |t: &PodTemplateSpec| {
+        let mut t = t.clone();
+        if let Some(m) = t.metadata.as_mut() {
+            if let Some(l) = m.labels.as_mut() {
+                l.remove(POD_TEMPLATE_HASH);
+                if l.is_empty() {
+                    m.labels = None;
+                }
+            }
+            if m.annotations.as_ref().is_some_and(BTreeMap::is_empty) {
+                m.annotations = None;
+            }
+        }
+        serde_json::to_value(&t).unwrap_or(Value::Null)
+    };
+    strip(a) == strip(b)
+}
+
+/// A controller reference to `owner`.
+pub(crate) fn owner_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReference> {
+    kubeforge_runtime::owner::controller_owner_ref(owner)
+}
+
+/// A pod for `template`, controlled by `owner`: named `name` or generated
+/// from `prefix`.
+pub(crate) fn pod_from_template(
+    template: &PodTemplateSpec,
+    owner: OwnerReference,
+    name: Option<String>,
+    prefix: &str,
+) -> Pod {
+    let tm = template.metadata.clone().unwrap_or_default();
+    let generate_name = name.is_none().then(|| format!("{prefix}-"));
+    Pod {
+        metadata: ObjectMeta {
+            name,
+            generate_name,
+            labels: tm.labels,
+            annotations: tm.annotations,
+            finalizers: tm.finalizers,
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: template.spec.clone(),
+        status: None,
+    }
+}
+
+/// Merge-patch the status subresource of `K` `ns/name`.
+pub(crate) async fn patch_status<K>(
+    client: &Client,
+    ns: Option<&str>,
+    name: &str,
+    status: Value,
+) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns.unwrap_or_default());
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({ "status": status })))
+        .await
+        .map(|_| ())
+}
+
+/// Adopt `pod` for `owner`: add the controller reference with a UID
+/// precondition (kube's `ClaimPods`). Returns whether it was adopted.
+pub(crate) async fn adopt_pod(client: &Client, pod: &Pod, owner: OwnerReference) -> Result<bool, kube::Error> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
+    refs.retain(|r| r.uid != owner.uid);
+    refs.push(owner);
+    let patch = json!({"metadata": {
+        "ownerReferences": refs,
+        "uid": pod.metadata.uid,
+        "resourceVersion": pod.metadata.resource_version,
+    }});
+    match api
+        .patch(
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if crate::is_not_found(&e) || crate::is_conflict(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Release `meta` from the controller with UID `uid` (the selector no
+/// longer matches): remove that ownerReference.
+pub(crate) async fn release<K>(client: &Client, meta: &ObjectMeta, uid: &str) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let ns = meta.namespace.as_deref().unwrap_or_default();
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let mut refs = meta.owner_references.clone().unwrap_or_default();
+    refs.retain(|r| r.uid != uid);
+    let patch = json!({"metadata": {"ownerReferences": refs, "resourceVersion": meta.resource_version}});
+    match api
+        .patch(
+            meta.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if crate::is_not_found(&e) || crate::is_conflict(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// `Time` now.
+pub(crate) fn now_time() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentages_round_like_kube() {
+        let p = |s: &str| IntOrString::String(s.into());
+        assert_eq!(scaled(Some(&p("25%")), 3, true), Ok(1));
+        assert_eq!(scaled(Some(&p("25%")), 3, false), Ok(0));
+        assert_eq!(scaled(Some(&p("50%")), 5, true), Ok(3));
+        assert_eq!(scaled(Some(&p("50%")), 5, false), Ok(2));
+        assert_eq!(scaled(Some(&IntOrString::Int(2)), 5, false), Ok(2));
+        assert!(scaled(Some(&p("x")), 5, false).is_err());
+    }
+
+    #[test]
+    fn fnv_and_safe_encoding() {
+        // FNV-1a test vectors.
+        assert_eq!(fnv32a(b""), 0x811c_9dc5);
+        assert_eq!(fnv32a(b"a"), 0xe40c_292c);
+        assert_eq!(safe_encode("0123"), "4567");
+        let t = PodTemplateSpec::default();
+        assert_eq!(template_hash(&t, None), template_hash(&t, None));
+        assert_ne!(template_hash(&t, None), template_hash(&t, Some(1)));
+    }
+}
