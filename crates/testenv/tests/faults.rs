@@ -246,7 +246,20 @@ async fn loopback_requests_are_faulted_too() {
 
 #[tokio::test]
 async fn dropped_watches_make_a_watcher_watch_again_and_converge() {
-    let env = TestEnv::start().await.expect("start");
+    dropped_watches(false).await;
+}
+
+#[tokio::test]
+async fn dropped_watches_over_loopback_http() {
+    dropped_watches(true).await;
+}
+
+async fn dropped_watches(loopback: bool) {
+    let env = TestEnv::builder()
+        .loopback(loopback)
+        .start()
+        .await
+        .expect("start");
     let (reader, writer) = reflector::store::<ConfigMap>();
     let cms: Api<ConfigMap> = Api::default_namespaced(env.client());
     let mut stream = reflector(writer, watcher(cms, watcher::Config::default()))
@@ -302,6 +315,27 @@ async fn dropped_watches_make_a_watcher_watch_again_and_converge() {
     assert!(stats.watches_dropped >= 2, "{stats:?}");
     assert!(stats.watches > stats.watches_dropped, "{stats:?}");
     env.stop().await;
+}
+
+#[tokio::test]
+async fn a_seed_makes_the_faults_repeat() {
+    let pattern = async || {
+        let env = TestEnv::builder()
+            .faults(Faults::new().error_rate(0.5).seed(42))
+            .start()
+            .await
+            .expect("start");
+        let cms: Api<ConfigMap> = Api::default_namespaced(env.client());
+        let mut failed = Vec::new();
+        for _ in 0..40 {
+            failed.push(cms.list(&ListParams::default()).await.is_err());
+        }
+        env.stop().await;
+        failed
+    };
+    let first = pattern().await;
+    assert!(first.contains(&true) && first.contains(&false), "{first:?}");
+    assert_eq!(first, pattern().await);
 }
 
 /// A tiny controller under test: copies each ConfigMap `x` (not itself a
