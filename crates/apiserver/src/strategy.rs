@@ -131,8 +131,88 @@ pub fn validate(ctx: &Ctx<'_>, obj: &Value, causes: &mut Vec<Cause>) {
     if ctx.def.strategy == Strategy::Namespace {
         validate_namespace_finalizers(obj, causes);
     }
+    if ctx.def.strategy == Strategy::Workload {
+        validate_workload_selector(&ctx.def.kind, obj, causes);
+    }
     if ctx.def.custom.is_none() && ctx.def.strategy != Strategy::Crd {
         validate_kube_finalizer_names(obj, causes);
+    }
+}
+
+/// Workload kinds with a pod template and a required selector
+/// (Deployment, ReplicaSet, StatefulSet, DaemonSet): the selector must be
+/// present, non-empty and select the template's labels, as kube-apiserver's
+/// apps validation requires (else 422).
+fn validate_workload_selector(kind: &str, obj: &Value, causes: &mut Vec<Cause>) {
+    if !matches!(kind, "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") {
+        return;
+    }
+    let Some(spec) = obj.get("spec") else { return };
+    let sel = spec.get("selector").filter(|v| !v.is_null());
+    let Some(sel) = sel else {
+        causes.push(Cause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value".into(),
+            field: "spec.selector".into(),
+        });
+        return;
+    };
+    let labels = spec
+        .pointer("/template/metadata/labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let match_labels = sel.get("matchLabels").and_then(Value::as_object);
+    let exprs = sel.get("matchExpressions").and_then(Value::as_array);
+    if match_labels.is_none_or(Map::is_empty) && exprs.is_none_or(Vec::is_empty) {
+        causes.push(Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: {sel}: empty selector is invalid for {}", kind.to_lowercase()),
+            field: "spec.selector".into(),
+        });
+        return;
+    }
+    let label = |k: &str| labels.get(k).and_then(Value::as_str);
+    let mut ok = match_labels
+        .map(|m| m.iter().all(|(k, v)| label(k) == v.as_str()))
+        .unwrap_or(true);
+    for e in exprs.map(Vec::as_slice).unwrap_or(&[]) {
+        let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
+        let values: Vec<&str> = e
+            .get("values")
+            .and_then(Value::as_array)
+            .map(|v| v.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let op = e.get("operator").and_then(Value::as_str).unwrap_or_default();
+        let hit = match op {
+            "In" => label(key).is_some_and(|v| values.contains(&v)),
+            "NotIn" => label(key).is_none_or(|v| !values.contains(&v)),
+            "Exists" => label(key).is_some(),
+            "DoesNotExist" => label(key).is_none(),
+            other => {
+                causes.push(Cause {
+                    reason: "FieldValueNotSupported".into(),
+                    message: format!("Unsupported value: {}: supported values: \"In\", \"NotIn\", \"Exists\", \"DoesNotExist\"", json!(other)),
+                    field: "spec.selector.matchExpressions.operator".into(),
+                });
+                return;
+            }
+        };
+        ok &= hit;
+    }
+    if !ok {
+        let shown: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{}:{}", json!(k), v))
+            .collect();
+        causes.push(Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!(
+                "Invalid value: map[string]string{{{}}}: `selector` does not match template `labels`",
+                shown.join(", ")
+            ),
+            field: "spec.template.metadata.labels".into(),
+        });
     }
 }
 

@@ -451,3 +451,20 @@ async fn replicaset_adopts_orphans_and_deletes_unready_first() {
     eventually("pods collected", T, || async { pods_of(&env.client, "rsa").await.is_empty() }).await;
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selector_not_matching_template_is_422() {
+    let env = start().await;
+    let api: Api<Deployment> = Api::default_namespaced(env.client.clone());
+    let mut d = deployment("mismatch", 1, "nginx", json!({}));
+    d.spec.as_mut().expect("spec").selector.match_labels = Some(BTreeMap::from([("app".to_string(), "other".to_string())]));
+    let err = api.create(&PostParams::default(), &d).await.expect_err("rejected");
+    let kube::Error::Api(s) = err else { panic!("not an API error: {err}") };
+    assert_eq!(s.code, 422);
+    assert!(s.message.contains("`selector` does not match template `labels`"), "{}", s.message);
+    let mut d = deployment("nosel", 1, "nginx", json!({}));
+    d.spec.as_mut().expect("spec").selector = Default::default();
+    let err = api.create(&PostParams::default(), &d).await.expect_err("rejected");
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 422), "{err}");
+    env.stop().await;
+}

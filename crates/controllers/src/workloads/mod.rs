@@ -111,6 +111,9 @@ pub struct WorkloadOptions {
     /// Pods created per ReplicaSet sync at most (default 500, kube's
     /// burstReplicas).
     pub burst_replicas: usize,
+    /// Base delay before a Job replaces failed pods, doubled per failure
+    /// (default 10 s as kube; 0 for tests).
+    pub job_backoff_base: Duration,
 }
 
 impl Default for WorkloadOptions {
@@ -122,6 +125,7 @@ impl Default for WorkloadOptions {
             node_monitor_grace_period: Duration::from_secs(40),
             node_monitor_period: Duration::from_secs(5),
             burst_replicas: 500,
+            job_backoff_base: Duration::from_secs(10),
         }
     }
 }
@@ -134,6 +138,7 @@ impl std::fmt::Debug for WorkloadOptions {
             .field("node_monitor_grace_period", &self.node_monitor_grace_period)
             .field("node_monitor_period", &self.node_monitor_period)
             .field("burst_replicas", &self.burst_replicas)
+            .field("job_backoff_base", &self.job_backoff_base)
             .finish_non_exhaustive()
     }
 }
