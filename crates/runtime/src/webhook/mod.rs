@@ -36,6 +36,7 @@
 //! ```
 
 mod certs;
+mod config;
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -59,6 +60,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use certs::{CA_FILE, CERT_FILE, DevCerts, KEY_FILE};
+pub use config::{Target, mutating_configuration, validating_configuration};
 
 /// The default listen address (controller-runtime's port).
 pub const DEFAULT_ADDR: &str = "0.0.0.0:9443";
@@ -473,6 +475,11 @@ impl WebhookServer {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// `https://{address}{path}`: the URL of one of this server's webhooks.
+    pub fn url(&self, path: &str) -> String {
+        format!("https://{}{path}", self.local)
     }
 
     /// The CA bundle (PEM) for `clientConfig.caBundle` (base64 it there).
