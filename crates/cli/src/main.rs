@@ -9,6 +9,7 @@
 mod cluster;
 mod operator;
 mod scheduler;
+mod webhook;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -50,6 +51,9 @@ enum Command {
     /// Run kubeforge's scheduler (Scheduling Framework plugins, extenders)
     /// against a cluster, configured by a KubeSchedulerConfiguration file.
     Scheduler(scheduler::SchedulerArgs),
+    /// Run the admission policy server (AdmissionPolicy CRD) as webhooks
+    /// against a cluster; also keygen, sign and crd.
+    Webhook(webhook::WebhookArgs),
 }
 
 #[derive(Args, Clone)]
@@ -101,6 +105,7 @@ fn main() -> Result<()> {
         Command::Apiserver(args) => rt.block_on(serve(args, None)),
         Command::Operator(args) => rt.block_on(operator::run(args)),
         Command::Scheduler(args) => rt.block_on(scheduler::run(args)),
+        Command::Webhook(args) => rt.block_on(webhook::run(args)),
     }
 }
 
