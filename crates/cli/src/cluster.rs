@@ -43,10 +43,11 @@ pub struct ClusterArgs {
     /// How long a Job's pod runs before it succeeds.
     #[arg(long, default_value = "1s", value_parser = duration)]
     pod_run_time: Duration,
-    /// How long containers take to exit after a graceful delete (default:
-    /// the pod's whole grace period).
-    #[arg(long, value_parser = duration)]
-    pod_exit_delay: Option<Duration>,
+    /// How long containers take to exit after a graceful delete (the pod is
+    /// deleted then, or at the end of its grace period if sooner); `grace`
+    /// waits for the whole grace period, as for containers ignoring SIGTERM.
+    #[arg(long, default_value = "1s", value_parser = exit_delay)]
+    pod_exit_delay: ExitDelay,
     /// Sample operators to run in-process (their CRDs are installed):
     /// memcached, crontab.
     #[arg(long, value_delimiter = ',')]
@@ -64,6 +65,17 @@ pub struct ClusterArgs {
     /// Run without the workload controllers (Deployments, Jobs, … do nothing).
     #[arg(long)]
     no_workload_controllers: bool,
+}
+
+/// `--pod-exit-delay`: a duration, or `grace` (`None`).
+#[derive(Clone, Copy, Debug)]
+struct ExitDelay(Option<Duration>);
+
+fn exit_delay(s: &str) -> Result<ExitDelay, String> {
+    if s == "grace" {
+        return Ok(ExitDelay(None));
+    }
+    duration(s).map(|d| ExitDelay(Some(d)))
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -111,7 +123,7 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
     let delays = Delays {
         start: args.pod_start_delay,
         complete: args.pod_run_time,
-        exit: args.pod_exit_delay,
+        exit: args.pod_exit_delay.0,
     };
     let workloads = if args.no_workload_controllers {
         None

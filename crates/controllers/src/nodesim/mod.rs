@@ -91,9 +91,10 @@ pub struct Delays {
     /// and an [`ANNOTATION_DURATION`]) runs before it finishes, when the
     /// annotation does not say.
     pub complete: Duration,
-    /// How long containers take to exit after a graceful delete; `None`
-    /// waits for the whole grace period (containers that ignore SIGTERM,
-    /// the kubelet's worst case).
+    /// How long containers take to exit after a graceful delete (SIGTERM):
+    /// the pod is deleted then, or when its grace period ends if that is
+    /// sooner. `None` waits for the whole grace period, as for containers
+    /// that ignore SIGTERM (the kubelet's worst case).
     pub exit: Option<Duration>,
 }
 
@@ -102,7 +103,7 @@ impl Default for Delays {
         Delays {
             start: Duration::from_millis(100),
             complete: Duration::from_secs(1),
-            exit: None,
+            exit: Some(Duration::from_secs(1)),
         }
     }
 }

@@ -1,0 +1,636 @@
+//! A whole cluster as a user drives it: `kubeforge up` (workload
+//! controllers, scheduler, simulated nodes) and the real kubectl —
+//! Deployments rolling out, scaling and undoing, EndpointSlices following
+//! readiness, Jobs completing, DaemonSets skipping tainted nodes,
+//! StatefulSets in order, nodes going NotReady when their heartbeats stop,
+//! graceful deletion, a restart resuming, the Memcached sample, and node
+//! config errors.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Cluster, TempDir, default_kubectl};
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(150));
+    }
+}
+
+/// One live (not terminating) pod as `kubectl get pods -o jsonpath` shows it.
+#[derive(Debug, Clone)]
+struct PodRow {
+    name: String,
+    phase: String,
+    ip: String,
+    node: String,
+    image: String,
+    ready: String,
+}
+
+const POD_ROWS: &str = "jsonpath={range .items[*]}{.metadata.name}|{.status.phase}|{.status.podIP}|{.spec.nodeName}|{.spec.containers[0].image}|{.status.conditions[?(@.type==\"Ready\")].status}|{.metadata.deletionTimestamp}{\"\\n\"}{end}";
+
+/// Live pods matching a label selector.
+fn pods(c: &Cluster, k: &PathBuf, selector: &str) -> Vec<PodRow> {
+    let out = c.ok(k, &["get", "pods", "-l", selector, "-o", POD_ROWS]);
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            (f.len() == 7 && f[6].is_empty()).then(|| PodRow {
+                name: f[0].into(),
+                phase: f[1].into(),
+                ip: f[2].into(),
+                node: f[3].into(),
+                image: f[4].into(),
+                ready: f[5].into(),
+            })
+        })
+        .collect()
+}
+
+fn running(rows: &[PodRow]) -> usize {
+    rows.iter().filter(|p| p.phase == "Running").count()
+}
+
+#[test]
+fn deployment_rolls_out_scales_undoes_and_endpoints_follow_readiness() {
+    let k = default_kubectl();
+    let c = Cluster::start(&["--memory", "--pod-exit-delay", "200ms"]);
+    c.ok(
+        &k,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--replicas=3",
+        ],
+    );
+    let out = c.ok(&k, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+    assert!(out.contains("successfully rolled out"), "{out}");
+
+    // kubectl get pods -o wide: 3 Running pods with pod IPs, over the nodes.
+    let wide = c.ok(&k, &["get", "pods", "-o", "wide"]);
+    let lines: Vec<&str> = wide
+        .lines()
+        .skip(1)
+        .filter(|l| l.contains("Running"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{wide}");
+    let rows = pods(&c, &k, "app=web");
+    assert_eq!(running(&rows), 3, "{rows:?}");
+    let ips: BTreeSet<&str> = rows.iter().map(|p| p.ip.as_str()).collect();
+    assert_eq!(ips.len(), 3, "distinct IPs: {rows:?}");
+    assert!(ips.iter().all(|ip| ip.starts_with("10.64.")), "{rows:?}");
+    for p in &rows {
+        assert!(wide.contains(&p.ip), "{} in {wide}", p.ip);
+    }
+    let nodes: BTreeSet<&str> = rows.iter().map(|p| p.node.as_str()).collect();
+    assert!(nodes.len() >= 2, "pods spread over nodes: {rows:?}");
+
+    // A new image rolls out without ever dropping below 3 available
+    // (maxUnavailable 25% of 3 rounds down to 0).
+    c.ok(&k, &["set", "image", "deploy/web", "nginx=nginx:1.27"]);
+    let mut min_available = i64::MAX;
+    wait_for("the nginx:1.27 rollout", Duration::from_secs(60), || {
+        let s = c.ok(
+            &k,
+            &["get", "deploy", "web", "-o", "jsonpath={.status.availableReplicas}|{.status.updatedReplicas}|{.status.replicas}|{.status.observedGeneration}|{.metadata.generation}"],
+        );
+        let f: Vec<i64> = s.split('|').map(|x| x.parse().unwrap_or(0)).collect();
+        min_available = min_available.min(f[0]);
+        f == [3, 3, 3, f[4], f[4]]
+    });
+    assert!(
+        min_available >= 3,
+        "available dropped to {min_available} during the rollout"
+    );
+    c.ok(&k, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+    wait_for("3 pods on nginx:1.27", Duration::from_secs(30), || {
+        let rows = pods(&c, &k, "app=web");
+        running(&rows) == 3 && rows.len() == 3 && rows.iter().all(|p| p.image == "nginx:1.27")
+    });
+    let history = c.ok(&k, &["rollout", "history", "deploy/web"]);
+    assert!(history.contains('1') && history.contains('2'), "{history}");
+
+    // rollout undo goes back to nginx.
+    c.ok(&k, &["rollout", "undo", "deploy/web"]);
+    c.ok(&k, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+    wait_for("3 pods back on nginx", Duration::from_secs(30), || {
+        let rows = pods(&c, &k, "app=web");
+        running(&rows) == 3 && rows.len() == 3 && rows.iter().all(|p| p.image == "nginx")
+    });
+
+    // scale.
+    c.ok(&k, &["scale", "deploy/web", "--replicas=5"]);
+    c.ok(&k, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+    wait_for("5 running pods", Duration::from_secs(30), || {
+        running(&pods(&c, &k, "app=web")) == 5
+    });
+
+    // EndpointSlices follow readiness.
+    c.ok(&k, &["expose", "deployment", "web", "--port=80"]);
+    let endpoints = || -> BTreeMap<String, String> {
+        let out = c.ok(
+            &k,
+            &["get", "endpointslices", "-l", "kubernetes.io/service-name=web", "-o", "jsonpath={range .items[*].endpoints[*]}{.addresses[0]}={.conditions.ready}{\"\\n\"}{end}"],
+        );
+        out.lines()
+            .filter_map(|l| {
+                l.split_once('=')
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+            })
+            .collect()
+    };
+    wait_for("5 ready endpoints", Duration::from_secs(30), || {
+        let e = endpoints();
+        e.len() == 5 && e.values().all(|r| r == "true")
+    });
+    let rows = pods(&c, &k, "app=web");
+    let victim = rows[0].clone();
+    c.ok(
+        &k,
+        &["annotate", "pod", &victim.name, "kubeforge.dev/ready=false"],
+    );
+    wait_for(
+        "the unready pod's endpoint to turn not ready",
+        Duration::from_secs(30),
+        || {
+            let e = endpoints();
+            e.get(&victim.ip).map(String::as_str) == Some("false")
+                && e.iter().filter(|(_, r)| *r == "true").count() == 4
+        },
+    );
+    let row = pods(&c, &k, "app=web")
+        .into_iter()
+        .find(|p| p.name == victim.name);
+    assert_eq!(row.map(|r| r.ready), Some("False".to_string()));
+    c.ok(
+        &k,
+        &["annotate", "pod", &victim.name, "kubeforge.dev/ready-"],
+    );
+    wait_for(
+        "the pod's endpoint ready again",
+        Duration::from_secs(30),
+        || endpoints().get(&victim.ip).map(String::as_str) == Some("true"),
+    );
+    c.stop();
+}
+
+const NODE_CONFIG: &str = "\
+zones: [zone-a, zone-b]
+nodes:
+  - name: worker
+    count: 2
+    capacity: {cpu: \"8\", memory: 32Gi, pods: \"110\"}
+  - name: gpu-0
+    capacity: {cpu: \"16\", memory: 64Gi, pods: \"110\", nvidia.com/gpu: \"4\"}
+    labels: {accelerator: a100}
+    taints:
+      - {key: nvidia.com/gpu, value: present, effect: NoSchedule}
+";
+
+const JOB: &str = "\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: count}
+spec:
+  completions: 5
+  parallelism: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: count, image: busybox}]
+";
+
+const DAEMONSET: &str = "\
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers: [{name: agent, image: busybox}]
+";
+
+#[test]
+fn node_config_job_and_daemonset_on_untainted_nodes() {
+    let k = default_kubectl();
+    let dir = TempDir::new("nodecfg");
+    let cfg = dir.0.join("nodes.yaml");
+    std::fs::write(&cfg, NODE_CONFIG).expect("write config");
+    let cfg_arg = cfg.display().to_string();
+    let c = Cluster::start_in(
+        dir,
+        &[
+            "--memory",
+            "--node-config",
+            &cfg_arg,
+            "--pod-run-time",
+            "300ms",
+        ],
+    );
+
+    // The declared nodes, with the GPU node's extended resource, zone and taint.
+    let nodes = c.ok(&k, &["get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name}|{.metadata.labels.topology\\.kubernetes\\.io/zone}|{.status.allocatable.nvidia\\.com/gpu}|{.spec.taints[*].key}|{.spec.podCIDR}{\"\\n\"}{end}"]);
+    let nodes: Vec<&str> = nodes.lines().collect();
+    assert_eq!(
+        nodes,
+        [
+            "gpu-0|zone-a|4|nvidia.com/gpu|10.64.2.0/24",
+            "worker-0|zone-a|||10.64.0.0/24",
+            "worker-1|zone-b|||10.64.1.0/24"
+        ]
+    );
+
+    // A Job with completions 5 / parallelism 2 completes, never running more than 2.
+    c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(JOB));
+    let mut max_active = 0;
+    wait_for("the Job to complete", Duration::from_secs(60), || {
+        let s = c.ok(&k, &["get", "job", "count", "-o", "jsonpath={.status.active}|{.status.succeeded}|{.status.conditions[?(@.type==\"Complete\")].status}"]);
+        let f: Vec<&str> = s.split('|').collect();
+        max_active = max_active.max(f[0].parse::<i32>().unwrap_or(0));
+        f.get(2) == Some(&"True")
+    });
+    let succeeded = c.ok(
+        &k,
+        &["get", "job", "count", "-o", "jsonpath={.status.succeeded}"],
+    );
+    assert_eq!(succeeded, "5");
+    assert!(max_active <= 2, "{max_active} pods active at once");
+    let phases = c.ok(
+        &k,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "job-name=count",
+            "-o",
+            "jsonpath={.items[*].status.phase}",
+        ],
+    );
+    let succeeded_pods = phases
+        .split_whitespace()
+        .filter(|p| *p == "Succeeded")
+        .count();
+    assert!(succeeded_pods >= 5, "{phases}");
+    assert!(
+        !c.ok(&k, &["get", "pods", "-l", "job-name=count"])
+            .contains("gpu-0"),
+        "Job pods avoid the tainted node"
+    );
+
+    // A DaemonSet lands one pod per node, except the tainted one.
+    c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(DAEMONSET));
+    wait_for("2 running agents", Duration::from_secs(30), || {
+        running(&pods(&c, &k, "app=agent")) == 2
+    });
+    c.ok(&k, &["rollout", "status", "ds/agent", "--timeout=30s"]);
+    let nodes: BTreeSet<String> = pods(&c, &k, "app=agent")
+        .into_iter()
+        .map(|p| p.node)
+        .collect();
+    assert_eq!(
+        nodes,
+        BTreeSet::from(["worker-0".to_string(), "worker-1".to_string()])
+    );
+    c.stop();
+}
+
+const STATEFULSET: &str = "\
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: web}
+spec:
+  serviceName: web
+  replicas: 3
+  selector: {matchLabels: {app: sts}}
+  template:
+    metadata: {labels: {app: sts}}
+    spec:
+      containers: [{name: nginx, image: nginx}]
+";
+
+#[test]
+fn statefulset_creates_pods_in_order() {
+    let k = default_kubectl();
+    // A visible start delay, so an out-of-order create would be seen.
+    let c = Cluster::start(&["--memory", "--pod-start-delay", "700ms"]);
+    c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(STATEFULSET));
+    let mut seen = Vec::new();
+    wait_for(
+        "web-0, web-1, web-2 Running",
+        Duration::from_secs(60),
+        || {
+            let rows = pods(&c, &k, "app=sts");
+            let by_name: BTreeMap<&str, &PodRow> =
+                rows.iter().map(|p| (p.name.as_str(), p)).collect();
+            // Ordered: web-N exists only once web-(N-1) is Running and Ready.
+            for i in 1..3 {
+                if by_name.contains_key(format!("web-{i}").as_str()) {
+                    let prev = by_name.get(format!("web-{}", i - 1).as_str());
+                    assert!(
+                        prev.is_some_and(|p| p.phase == "Running" && p.ready == "True"),
+                        "web-{i} exists before web-{} is ready: {rows:?}",
+                        i - 1
+                    );
+                }
+            }
+            let names: Vec<String> = by_name.keys().map(|n| n.to_string()).collect();
+            if seen.last() != Some(&names) {
+                seen.push(names);
+            }
+            running(&rows) == 3
+        },
+    );
+    assert_eq!(seen.last().map(Vec::len), Some(3));
+    assert!(seen.len() >= 3, "pods appeared one by one: {seen:?}");
+    c.stop();
+}
+
+const TOLERANT: &str = "\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      tolerations:
+        - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+        - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+      topologySpreadConstraints:
+        - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: app}}}
+      containers: [{name: app, image: nginx}]
+";
+
+#[test]
+fn stopped_heartbeats_make_a_node_not_ready_and_its_pods_move() {
+    let k = default_kubectl();
+    let c = Cluster::start(&["--memory", "--node-monitor-grace-period", "3s"]);
+    c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(TOLERANT));
+    c.ok(&k, &["rollout", "status", "deploy/app", "--timeout=60s"]);
+    let before = pods(&c, &k, "app=app");
+    assert!(before.iter().any(|p| p.node == "node-1"), "{before:?}");
+
+    c.ok(
+        &k,
+        &[
+            "annotate",
+            "node",
+            "node-1",
+            "kubeforge.dev/heartbeats=stopped",
+        ],
+    );
+    wait_for(
+        "node-1 NotReady with the unreachable taint",
+        Duration::from_secs(60),
+        || {
+            let s = c.ok(&k, &["get", "node", "node-1", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}|{.spec.taints[*].key}"]);
+            s.starts_with("Unknown|") && s.contains("node.kubernetes.io/unreachable")
+        },
+    );
+    let status = c.ok(&k, &["get", "nodes"]);
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("node-1") && l.contains("NotReady")),
+        "{status}"
+    );
+    // Its pod is evicted (terminating: the node's kubelet is gone) and
+    // replaced on another node.
+    wait_for("3 running pods off node-1", Duration::from_secs(60), || {
+        let rows = pods(&c, &k, "app=app");
+        running(&rows) == 3 && rows.iter().all(|p| p.node != "node-1")
+    });
+
+    // Heartbeats resume: Ready again, the taint goes.
+    c.ok(
+        &k,
+        &["annotate", "node", "node-1", "kubeforge.dev/heartbeats-"],
+    );
+    wait_for("node-1 Ready again", Duration::from_secs(60), || {
+        let s = c.ok(
+            &k,
+            &[
+                "get",
+                "node",
+                "node-1",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}|{.spec.taints[*].key}",
+            ],
+        );
+        s.starts_with("True|") && !s.contains("unreachable")
+    });
+    c.stop();
+}
+
+#[test]
+fn graceful_deletion_finishes_after_the_grace_period() {
+    let k = default_kubectl();
+    let c = Cluster::start(&["--memory", "--pod-exit-delay", "grace"]);
+    c.ok(&k, &["run", "p", "--image=nginx"]);
+    wait_for("p Running", Duration::from_secs(30), || {
+        running(&pods(&c, &k, "run=p")) == 1
+    });
+    let started = Instant::now();
+    c.ok(
+        &k,
+        &["delete", "pod", "p", "--grace-period=3", "--wait=false"],
+    );
+    let ts = c.ok(
+        &k,
+        &[
+            "get",
+            "pod",
+            "p",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}|{.metadata.deletionGracePeriodSeconds}",
+        ],
+    );
+    if started.elapsed() < Duration::from_secs(2) {
+        assert!(
+            ts.ends_with("|3") && ts.len() > 3,
+            "terminating during its grace period: {ts}"
+        );
+    }
+    wait_for("p gone", Duration::from_secs(30), || {
+        !c.kubectl(&k, &["get", "pod", "p"]).status.success()
+    });
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "deleted before its grace period"
+    );
+    c.stop();
+}
+
+#[test]
+fn a_second_up_resumes_nodes_and_pods() {
+    let k = default_kubectl();
+    let dir = TempDir::new("resume");
+    let state = dir.0.clone();
+    let c = Cluster::start_in(dir, &["--no-fsync"]);
+    c.ok(
+        &k,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--replicas=3",
+        ],
+    );
+    c.ok(&k, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+    let before: BTreeSet<(String, String)> = pods(&c, &k, "app=web")
+        .into_iter()
+        .map(|p| (p.name, p.ip))
+        .collect();
+    // Ctrl-C: everything shuts down and the process exits cleanly.
+    let mut c = c;
+    let int = Command::new("kill")
+        .arg("-INT")
+        .arg(c.child.id().to_string())
+        .status();
+    assert!(int.is_ok_and(|s| s.success()));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = c.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kubeforge did not stop on Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    let dir = TempDir(std::mem::replace(
+        &mut c.dir.0,
+        std::env::temp_dir().join("kubeforge-test-moved"),
+    ));
+    drop(c);
+    assert_eq!(dir.0, state);
+
+    let c = Cluster::start_in(dir, &["--no-fsync"]);
+    let nodes = c.ok(&k, &["get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}"]);
+    assert_eq!(
+        nodes.lines().collect::<Vec<_>>(),
+        ["node-0=True", "node-1=True", "node-2=True"]
+    );
+    let after: BTreeSet<(String, String)> = pods(&c, &k, "app=web")
+        .into_iter()
+        .map(|p| (p.name, p.ip))
+        .collect();
+    assert_eq!(before, after, "the same pods keep their IPs");
+    // New pods get IPs that do not clash with the resumed ones.
+    c.ok(&k, &["scale", "deploy/web", "--replicas=9"]);
+    c.ok(&k, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+    wait_for("9 running pods", Duration::from_secs(30), || {
+        running(&pods(&c, &k, "app=web")) == 9
+    });
+    let ips: BTreeSet<String> = pods(&c, &k, "app=web").into_iter().map(|p| p.ip).collect();
+    assert_eq!(ips.len(), 9, "distinct IPs: {ips:?}");
+    c.stop();
+}
+
+#[test]
+fn memcached_sample_becomes_available_with_its_running_pods() {
+    let k = default_kubectl();
+    let c = Cluster::start(&[
+        "--memory",
+        "--operators",
+        "memcached",
+        "--pod-exit-delay",
+        "0",
+    ]);
+    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../config/samples/cache_v1alpha1_memcached.yaml");
+    c.ok(&k, &["apply", "-f", &sample.display().to_string()]);
+    let out = c.ok(
+        &k,
+        &[
+            "wait",
+            "--for=condition=Available",
+            "memcached/memcached-sample",
+            "--timeout=60s",
+        ],
+    );
+    assert!(out.contains("condition met"), "{out}");
+    wait_for(
+        "status.nodes listing the 3 running pods",
+        Duration::from_secs(30),
+        || {
+            let listed = c.ok(
+                &k,
+                &[
+                    "get",
+                    "memcached",
+                    "memcached-sample",
+                    "-o",
+                    "jsonpath={.status.nodes[*]}",
+                ],
+            );
+            let listed: BTreeSet<String> = listed.split_whitespace().map(String::from).collect();
+            let running: BTreeSet<String> =
+                pods(&c, &k, "app.kubernetes.io/instance=memcached-sample")
+                    .into_iter()
+                    .filter(|p| p.phase == "Running")
+                    .map(|p| p.name)
+                    .collect();
+            listed.len() == 3 && listed == running
+        },
+    );
+    c.ok(&k, &["delete", "memcached", "memcached-sample"]);
+    wait_for(
+        "the Deployment, ReplicaSet and pods collected",
+        Duration::from_secs(30),
+        || {
+            let left = c.ok(&k, &["get", "deploy,rs,pods", "-o", "name"]);
+            left.trim().is_empty()
+        },
+    );
+    c.stop();
+}
+
+#[test]
+fn a_bad_node_config_is_a_startup_error_naming_the_line() {
+    let dir = TempDir::new("badcfg");
+    let cfg = dir.0.join("nodes.yaml");
+    std::fs::write(
+        &cfg,
+        "nodes:\n  - name: a\n    capacity:\n      cpu: \"4\"\n      memory: plenty\n  - name: a\n",
+    )
+    .expect("write");
+    let run = |cfg: &PathBuf| {
+        Command::new(env!("CARGO_BIN_EXE_kubeforge"))
+            .args(["up", "--memory", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.0.join("state"))
+            .arg("--node-config")
+            .arg(cfg)
+            .output()
+            .expect("run kubeforge")
+    };
+    let out = run(&cfg);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 5") && err.contains("plenty"), "{err}");
+    std::fs::write(&cfg, "nodes:\n  - name: a\n  - name: b\n  - name: a\n").expect("write");
+    let out = run(&cfg);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 4") && err.contains("duplicate node name \"a\""),
+        "{err}"
+    );
+}
