@@ -28,7 +28,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
@@ -153,6 +153,8 @@ pub(crate) struct Ctx {
     pub pods: Store<Pod>,
     pub replicasets: Store<ReplicaSet>,
     pub deployments: Store<Deployment>,
+    pub daemonsets: Store<DaemonSet>,
+    pub statefulsets: Store<StatefulSet>,
     pub nodes: Store<Node>,
     pub jobs: Store<Job>,
     pub services: Store<Service>,
@@ -205,6 +207,8 @@ pub async fn start(client: Client, opts: WorkloadOptions) -> Result<Workloads, E
         pods: mgr.store::<Pod>(),
         replicasets: mgr.store::<ReplicaSet>(),
         deployments: mgr.store::<Deployment>(),
+        daemonsets: mgr.store::<DaemonSet>(),
+        statefulsets: mgr.store::<StatefulSet>(),
         nodes: mgr.store::<Node>(),
         jobs: mgr.store::<Job>(),
         services: mgr.store::<Service>(),
