@@ -56,9 +56,16 @@ pub async fn run(args: SchedulerArgs) -> Result<()> {
     let profiles: Vec<String> = config
         .effective_profiles()
         .iter()
-        .map(|p| p.scheduler_name.clone().unwrap_or_else(|| "default-scheduler".into()))
+        .map(|p| {
+            p.scheduler_name
+                .clone()
+                .unwrap_or_else(|| "default-scheduler".into())
+        })
         .collect();
-    println!("kubeforge scheduler running; profiles: {}", profiles.join(", "));
+    println!(
+        "kubeforge scheduler running; profiles: {}",
+        profiles.join(", ")
+    );
     if let Some(addr) = args.metrics_addr {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -93,7 +100,9 @@ pub async fn run(args: SchedulerArgs) -> Result<()> {
             }
         });
     }
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
     scheduler.stop().await;
     println!("kubeforge scheduler stopped");
     Ok(())

@@ -49,7 +49,9 @@ async fn run(nodes: usize, pods: usize) {
         })
         .await;
     eprintln!("{nodes} nodes created in {:?}", t.elapsed());
-    let sched = SchedulerBuilder::new(client.clone()).start().expect("scheduler");
+    let sched = SchedulerBuilder::new(client.clone())
+        .start()
+        .expect("scheduler");
     let metrics = sched.metrics();
     tokio::time::sleep(Duration::from_millis(500)).await; // initial lists
     let papi: Api<Pod> = Api::namespaced(client.clone(), "default");
@@ -87,28 +89,42 @@ async fn run(nodes: usize, pods: usize) {
         if done >= pods {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(300), "only {done}/{pods} bound after 300 s");
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "only {done}/{pods} bound after 300 s"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let el = start.elapsed();
     let created = created_at.lock().expect("lock").unwrap_or(el);
     // verify through the API that the pods really are bound
     let list = papi.list(&Default::default()).await.expect("list");
-    let bound = list.items.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).count();
+    let bound = list
+        .items
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        .count();
     let text = metrics.render();
     let count_le = |le: &str| -> f64 {
         text.lines()
-            .find(|l| l.starts_with(&format!("scheduler_scheduling_attempt_duration_seconds_bucket{{le=\"{le}\"}}")))
+            .find(|l| {
+                l.starts_with(&format!(
+                    "scheduler_scheduling_attempt_duration_seconds_bucket{{le=\"{le}\"}}"
+                ))
+            })
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0)
     };
     let total = count_le("+Inf");
     let p = |q: f64| {
-        ["0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "0.064", "0.128", "0.256", "0.512", "1.024", "2.048", "4.096"]
-            .into_iter()
-            .find(|le| count_le(le) >= q * total)
-            .unwrap_or(">4.096")
+        [
+            "0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "0.064", "0.128", "0.256",
+            "0.512", "1.024", "2.048", "4.096",
+        ]
+        .into_iter()
+        .find(|le| count_le(le) >= q * total)
+        .unwrap_or(">4.096")
     };
     println!(
         "e2e {nodes} nodes, {pods} pods created by kube-rs (32 concurrent, done in {:.2} s) and bound through pods/binding: {:.0} pods/s ({bound} bound per LIST); attempt latency (schedule + bind) p50 ≤ {} s, p99 ≤ {} s",

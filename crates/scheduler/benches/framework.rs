@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kubeforge_scheduler::framework::{BindPlugin, CycleState, Plugin, PodInfo, Registry, Status};
-use kubeforge_scheduler::{CycleOutcome, Input, SchedulerBuilder, SchedulerConfiguration, SchedulerCore};
+use kubeforge_scheduler::{
+    CycleOutcome, Input, SchedulerBuilder, SchedulerConfiguration, SchedulerCore,
+};
 use serde_json::json;
 
 struct NoopBinder;
@@ -59,7 +61,7 @@ fn pod(i: usize, extra: &serde_json::Value, priority: i32) -> Arc<Pod> {
     Arc::new(
         serde_json::from_value(json!({
             "metadata": {"name": format!("pod-{i}"), "namespace": "default", "uid": format!("uid-{i}"),
-                         "labels": {"app": "bench", "color": if i % 2 == 0 { "red" } else { "blue" }}},
+                         "labels": {"app": "bench", "color": if i.is_multiple_of(2) { "red" } else { "blue" }}},
             "spec": spec
         }))
         .expect("pod"),
@@ -72,8 +74,10 @@ fn core(rt: &tokio::runtime::Runtime) -> SchedulerCore {
     )
     .expect("config");
     let mut reg = Registry::new();
-    reg.register("NoopBinder", |_, _| Ok(Arc::new(NoopBinder) as Arc<dyn Plugin>))
-        .expect("register");
+    reg.register("NoopBinder", |_, _| {
+        Ok(Arc::new(NoopBinder) as Arc<dyn Plugin>)
+    })
+    .expect("register");
     SchedulerBuilder::without_client()
         .config(cfg)
         .plugins(reg)
@@ -116,7 +120,11 @@ fn measure(core: &mut SchedulerCore, n: usize) -> Result {
     }
     let elapsed = start.elapsed();
     lat.sort();
-    let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied().unwrap_or_default();
+    let pct = |p: f64| {
+        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
     Result {
         pods_per_sec: scheduled as f64 / elapsed.as_secs_f64(),
         p50: pct(0.5),
@@ -126,7 +134,18 @@ fn measure(core: &mut SchedulerCore, n: usize) -> Result {
     }
 }
 
-fn workload(rt: &tokio::runtime::Runtime, name: &str, nodes: usize, init: usize, pods: usize, zones: usize, init_spec: serde_json::Value, spec: serde_json::Value, floor: f64) {
+#[allow(clippy::too_many_arguments)]
+fn workload(
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    nodes: usize,
+    init: usize,
+    pods: usize,
+    zones: usize,
+    init_spec: serde_json::Value,
+    spec: serde_json::Value,
+    floor: f64,
+) {
     let mut c = core(rt);
     for i in 0..nodes {
         c.handle_input(Input::NodeApply(node(i, zones)));
@@ -137,41 +156,105 @@ fn workload(rt: &tokio::runtime::Runtime, name: &str, nodes: usize, init: usize,
     }
     let _ = measure(&mut c, init);
     for i in 0..pods {
-        c.handle_input(Input::PodApply(pod(i, &spec, if name == "Preemption" { 100 } else { 0 })));
+        c.handle_input(Input::PodApply(pod(
+            i,
+            &spec,
+            if name == "Preemption" { 100 } else { 0 },
+        )));
     }
     let r = measure(&mut c, pods);
     println!(
         "{name:<16} {nodes} nodes, {init} init + {pods} pods: {:>8.0} pods/s (p50 {:?}, p99 {:?}; {} scheduled, {} unschedulable) — kube-scheduler CI floor {floor}, 10× = {}",
-        r.pods_per_sec, r.p50, r.p99, r.scheduled, r.unschedulable, floor * 10.0
+        r.pods_per_sec,
+        r.p50,
+        r.p99,
+        r.scheduled,
+        r.unschedulable,
+        floor * 10.0
     );
 }
 
 fn rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<f64>().unwrap_or(0.0)))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .unwrap_or("0")
+                    .parse::<f64>()
+                    .unwrap_or(0.0)
+            })
+        })
         .unwrap_or(0.0)
         / 1024.0
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let want = |w: &str| args.is_empty() || args.iter().any(|a| a == w);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
     if want("basic") {
-        workload(&rt, "SchedulingBasic", 5000, 1000, 10_000, 10, json!({}), json!({}), 680.0);
+        workload(
+            &rt,
+            "SchedulingBasic",
+            5000,
+            1000,
+            10_000,
+            10,
+            json!({}),
+            json!({}),
+            680.0,
+        );
     }
     if want("spread") {
         let c = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "bench"}}}]});
-        workload(&rt, "TopologySpread", 5000, 1000, 5000, 10, c.clone(), c, 460.0);
+        workload(
+            &rt,
+            "TopologySpread",
+            5000,
+            1000,
+            5000,
+            10,
+            c.clone(),
+            c,
+            460.0,
+        );
     }
     if want("affinity") {
         let c = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-0", "zone-1"]}]}]}}}});
-        workload(&rt, "NodeAffinity", 5000, 1000, 5000, 10, json!({}), c, 220.0);
+        workload(
+            &rt,
+            "NodeAffinity",
+            5000,
+            1000,
+            5000,
+            10,
+            json!({}),
+            c,
+            220.0,
+        );
     }
     if want("antiaffinity") {
         let c = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"color": "red"}}}]}}});
-        workload(&rt, "PodAntiAffinity", 5000, 1000, 1000, 10, c.clone(), c, 60.0);
+        workload(
+            &rt,
+            "PodAntiAffinity",
+            5000,
+            1000,
+            1000,
+            10,
+            c.clone(),
+            c,
+            60.0,
+        );
     }
     if want("podaffinity") {
         let c = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"color": "red"}}}]}}});

@@ -116,6 +116,7 @@ impl Cache {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{NodeStatus, Pod};

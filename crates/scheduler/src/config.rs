@@ -291,7 +291,10 @@ impl SchedulerConfiguration {
         if let Some(p) = self.parallelism
             && p <= 0
         {
-            return Err(invalid("parallelism", format!("{p}: should be an integer value greater than zero")));
+            return Err(invalid(
+                "parallelism",
+                format!("{p}: should be an integer value greater than zero"),
+            ));
         }
         if let Some(p) = self.percentage_of_nodes_to_score
             && !(0..=100).contains(&p)
@@ -303,7 +306,10 @@ impl SchedulerConfiguration {
         }
         let ib = self.pod_initial_backoff_seconds.unwrap_or(1);
         if ib <= 0 {
-            return Err(invalid("podInitialBackoffSeconds", format!("{ib}: must be greater than 0")));
+            return Err(invalid(
+                "podInitialBackoffSeconds",
+                format!("{ib}: must be greater than 0"),
+            ));
         }
         let mb = self.pod_max_backoff_seconds.unwrap_or(10);
         if mb < ib {
@@ -314,9 +320,15 @@ impl SchedulerConfiguration {
         }
         let mut names = std::collections::HashSet::new();
         for (i, p) in self.profiles.iter().enumerate() {
-            let name = p.scheduler_name.clone().unwrap_or_else(|| DEFAULT_SCHEDULER_NAME.into());
+            let name = p
+                .scheduler_name
+                .clone()
+                .unwrap_or_else(|| DEFAULT_SCHEDULER_NAME.into());
             if name.is_empty() {
-                return Err(invalid(format!("profiles[{i}].schedulerName"), "\"\": Required value"));
+                return Err(invalid(
+                    format!("profiles[{i}].schedulerName"),
+                    "\"\": Required value",
+                ));
             }
             if !names.insert(name.clone()) {
                 return Err(invalid(
@@ -362,7 +374,10 @@ impl SchedulerConfiguration {
         }
         for (i, e) in self.extenders.iter().enumerate() {
             if e.url_prefix.is_empty() {
-                return Err(invalid(format!("extenders[{i}].urlPrefix"), "\"\": Required value"));
+                return Err(invalid(
+                    format!("extenders[{i}].urlPrefix"),
+                    "\"\": Required value",
+                ));
             }
             if e.enable_https {
                 return Err(invalid(
@@ -380,7 +395,13 @@ impl SchedulerConfiguration {
                 parse_duration(t).map_err(|m| invalid(format!("extenders[{i}].httpTimeout"), m))?;
             }
         }
-        if self.extenders.iter().filter(|e| !e.bind_verb.is_empty()).count() > 1 {
+        if self
+            .extenders
+            .iter()
+            .filter(|e| !e.bind_verb.is_empty())
+            .count()
+            > 1
+        {
             return Err(invalid(
                 "extenders",
                 "found 2 extenders implementing bind: only one extender can implement bind",
@@ -430,7 +451,9 @@ impl Plugins {
 
 impl PluginSet {
     fn disables(&self, name: &str) -> bool {
-        self.disabled.iter().any(|d| d.name == "*" || d.name == name)
+        self.disabled
+            .iter()
+            .any(|d| d.name == "*" || d.name == name)
     }
 }
 
@@ -466,7 +489,13 @@ pub(crate) fn resolve_point(
                     .and_then(|m| m.weight)
                     .filter(|w| *w > 0)
             })
-            .or_else(|| DEFAULT_PLUGINS.iter().find(|d| d.0 == r.name).map(|d| d.1).filter(|w| *w > 0))
+            .or_else(|| {
+                DEFAULT_PLUGINS
+                    .iter()
+                    .find(|d| d.0 == r.name)
+                    .map(|d| d.1)
+                    .filter(|w| *w > 0)
+            })
             .unwrap_or(1);
         out.push((
             r.name.clone(),
@@ -542,6 +571,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -120,12 +120,13 @@ pub struct FilterOutcome {
 /// Look a key up case-insensitively (Go's encoding/json does).
 pub fn get_ci<'a>(obj: &'a Value, key: &str) -> Option<&'a Value> {
     let m = obj.as_object()?;
-    m.get(key).or_else(|| {
-        m.iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(key))
-            .map(|(_, v)| v)
-    })
-    .filter(|v| !v.is_null())
+    m.get(key)
+        .or_else(|| {
+            m.iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(key))
+                .map(|(_, v)| v)
+        })
+        .filter(|v| !v.is_null())
 }
 
 fn string_map(v: Option<&Value>) -> HashMap<String, String> {
@@ -140,14 +141,24 @@ fn string_map(v: Option<&Value>) -> HashMap<String, String> {
 
 /// Decode a filter reply (case-insensitive keys).
 pub fn decode_filter_result(v: &Value) -> Result<FilterOutcome, String> {
-    if let Some(e) = get_ci(v, "Error").and_then(Value::as_str).filter(|e| !e.is_empty()) {
+    if let Some(e) = get_ci(v, "Error")
+        .and_then(Value::as_str)
+        .filter(|e| !e.is_empty())
+    {
         return Err(e.to_string());
     }
     let mut node_names: Vec<String> = get_ci(v, "NodeNames")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|n| n.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|n| n.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default();
-    if let Some(items) = get_ci(v, "Nodes").and_then(|n| get_ci(n, "items")).and_then(Value::as_array) {
+    if let Some(items) = get_ci(v, "Nodes")
+        .and_then(|n| get_ci(n, "items"))
+        .and_then(Value::as_array)
+    {
         for item in items {
             if let Some(n) = item.pointer("/metadata/name").and_then(Value::as_str) {
                 node_names.push(n.to_string());
@@ -249,13 +260,22 @@ impl Extender {
         }
         let spec = pod.pod.spec.as_ref();
         let containers = spec
-            .map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))
+            .map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+            })
             .into_iter()
             .flatten();
         for c in containers {
             let Some(r) = &c.resources else { continue };
             for list in [&r.requests, &r.limits].into_iter().flatten() {
-                if self.cfg.managed_resources.iter().any(|m| list.contains_key(&m.name)) {
+                if self
+                    .cfg
+                    .managed_resources
+                    .iter()
+                    .any(|m| list.contains_key(&m.name))
+                {
                     return true;
                 }
             }
@@ -323,9 +343,15 @@ impl Extender {
     }
 
     /// A filter call (blocking; from the scheduling thread).
-    pub fn filter(&self, pod: &PodInfo, nodes: &[&NodeInfo]) -> Result<FilterOutcome, ExtenderError> {
+    pub fn filter(
+        &self,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+    ) -> Result<FilterOutcome, ExtenderError> {
         let body = self.args(pod, nodes);
-        let v = self.runtime.block_on(self.post(&self.cfg.filter_verb, body))?;
+        let v = self
+            .runtime
+            .block_on(self.post(&self.cfg.filter_verb, body))?;
         decode_filter_result(&v).map_err(ExtenderError::Reported)
     }
 
@@ -354,7 +380,10 @@ impl Extender {
             node: node.to_string(),
         };
         let v = self
-            .post(&self.cfg.bind_verb, serde_json::to_vec(&args).unwrap_or_default())
+            .post(
+                &self.cfg.bind_verb,
+                serde_json::to_vec(&args).unwrap_or_default(),
+            )
             .await?;
         match get_ci(&v, "Error").and_then(Value::as_str) {
             Some(e) if !e.is_empty() => Err(ExtenderError::Reported(e.to_string())),
@@ -364,6 +393,7 @@ impl Extender {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -378,11 +408,18 @@ mod tests {
             serde_json::to_value(&a).unwrap(),
             json!({"Pod": {}, "Nodes": null, "NodeNames": ["n1"]})
         );
-        let r = decode_filter_result(&json!({"nodenames": ["a"], "failedNodes": {"b": "no"}})).unwrap();
+        let r =
+            decode_filter_result(&json!({"nodenames": ["a"], "failedNodes": {"b": "no"}})).unwrap();
         assert_eq!(r.node_names, ["a"]);
         assert_eq!(r.failed["b"], "no");
         let p = decode_host_priorities(&json!([{"host": "a", "score": 7}])).unwrap();
-        assert_eq!(p, [HostPriority { host: "a".into(), score: 7 }]);
+        assert_eq!(
+            p,
+            [HostPriority {
+                host: "a".into(),
+                score: 7
+            }]
+        );
         let b = ExtenderBindingArgs {
             pod_name: "p".into(),
             pod_namespace: "d".into(),

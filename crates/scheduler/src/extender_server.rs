@@ -81,22 +81,41 @@ fn decode_args(v: &Value) -> ExtenderArgs {
     }
 }
 
-async fn handle<H: ExtenderHandler>(h: Arc<H>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    let verb = req.uri().path().rsplit('/').next().unwrap_or("").to_string();
+async fn handle<H: ExtenderHandler>(
+    h: Arc<H>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let verb = req
+        .uri()
+        .path()
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .to_string();
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => return Ok(reply(StatusCode::BAD_REQUEST, e.to_string().into_bytes())),
     };
     let v: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
-        Err(e) => return Ok(reply(StatusCode::BAD_REQUEST, format!("{{\"Error\":{:?}}}", e.to_string()).into_bytes())),
+        Err(e) => {
+            return Ok(reply(
+                StatusCode::BAD_REQUEST,
+                format!("{{\"Error\":{:?}}}", e.to_string()).into_bytes(),
+            ));
+        }
     };
     let out = match verb.as_str() {
         "filter" => serde_json::to_vec(&h.filter(decode_args(&v))),
         "prioritize" => serde_json::to_vec(&h.prioritize(decode_args(&v))),
         "bind" => {
             use crate::extender::get_ci;
-            let s = |k: &str| get_ci(&v, k).and_then(Value::as_str).unwrap_or_default().to_string();
+            let s = |k: &str| {
+                get_ci(&v, k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
             let args = ExtenderBindingArgs {
                 pod_name: s("PodName"),
                 pod_namespace: s("PodNamespace"),
@@ -105,11 +124,19 @@ async fn handle<H: ExtenderHandler>(h: Arc<H>, req: Request<Incoming>) -> Result
             };
             serde_json::to_vec(&h.bind(args))
         }
-        _ => return Ok(reply(StatusCode::NOT_FOUND, b"{\"Error\":\"unknown verb\"}".to_vec())),
+        _ => {
+            return Ok(reply(
+                StatusCode::NOT_FOUND,
+                b"{\"Error\":\"unknown verb\"}".to_vec(),
+            ));
+        }
     };
     Ok(match out {
         Ok(b) => reply(StatusCode::OK, b),
-        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, e.to_string().into_bytes()),
+        Err(e) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            e.to_string().into_bytes(),
+        ),
     })
 }
 

@@ -34,4 +34,6 @@ pub mod scheduler;
 
 pub use config::{ConfigError, SchedulerConfiguration};
 pub use framework::{Framework, Handle, Plugin, Registry, Status};
-pub use scheduler::{BuildError, CycleOutcome, Input, RunningScheduler, SchedulerBuilder, SchedulerCore};
+pub use scheduler::{
+    BuildError, CycleOutcome, Input, RunningScheduler, SchedulerBuilder, SchedulerCore,
+};

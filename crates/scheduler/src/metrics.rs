@@ -36,7 +36,9 @@ impl Metrics {
     /// Count an attempt: result is `scheduled`, `unschedulable` or `error`.
     pub fn attempt(&self, result: &str, profile: &str, took: Duration) {
         let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        *m.attempts.entry((result.to_string(), profile.to_string())).or_default() += 1;
+        *m.attempts
+            .entry((result.to_string(), profile.to_string()))
+            .or_default() += 1;
         let s = took.as_secs_f64();
         for (i, b) in BUCKETS.iter().enumerate() {
             if s <= *b {
@@ -49,7 +51,10 @@ impl Metrics {
 
     /// Count a preemption attempt.
     pub fn preemption_attempt(&self) {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).preemption_attempts += 1;
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .preemption_attempts += 1;
     }
 
     /// Record the queue sizes.
@@ -60,27 +65,62 @@ impl Metrics {
     /// Attempts so far with this result (all profiles).
     pub fn attempts(&self, result: &str) -> u64 {
         let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        m.attempts.iter().filter(|((r, _), _)| r == result).map(|(_, v)| v).sum()
+        m.attempts
+            .iter()
+            .filter(|((r, _), _)| r == result)
+            .map(|(_, v)| v)
+            .sum()
     }
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
-        let _ = writeln!(out, "# HELP scheduler_schedule_attempts_total Number of attempts to schedule pods, by the result.");
+        let _ = writeln!(
+            out,
+            "# HELP scheduler_schedule_attempts_total Number of attempts to schedule pods, by the result."
+        );
         let _ = writeln!(out, "# TYPE scheduler_schedule_attempts_total counter");
         for ((r, p), v) in &m.attempts {
-            let _ = writeln!(out, "scheduler_schedule_attempts_total{{profile=\"{p}\",result=\"{r}\"}} {v}");
+            let _ = writeln!(
+                out,
+                "scheduler_schedule_attempts_total{{profile=\"{p}\",result=\"{r}\"}} {v}"
+            );
         }
-        let _ = writeln!(out, "# HELP scheduler_scheduling_attempt_duration_seconds Scheduling attempt latency in seconds (scheduling algorithm + binding)");
-        let _ = writeln!(out, "# TYPE scheduler_scheduling_attempt_duration_seconds histogram");
+        let _ = writeln!(
+            out,
+            "# HELP scheduler_scheduling_attempt_duration_seconds Scheduling attempt latency in seconds (scheduling algorithm + binding)"
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE scheduler_scheduling_attempt_duration_seconds histogram"
+        );
         for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(out, "scheduler_scheduling_attempt_duration_seconds_bucket{{le=\"{b}\"}} {}", m.buckets[i]);
+            let _ = writeln!(
+                out,
+                "scheduler_scheduling_attempt_duration_seconds_bucket{{le=\"{b}\"}} {}",
+                m.buckets[i]
+            );
         }
-        let _ = writeln!(out, "scheduler_scheduling_attempt_duration_seconds_bucket{{le=\"+Inf\"}} {}", m.count);
-        let _ = writeln!(out, "scheduler_scheduling_attempt_duration_seconds_sum {}", m.sum);
-        let _ = writeln!(out, "scheduler_scheduling_attempt_duration_seconds_count {}", m.count);
-        let _ = writeln!(out, "# HELP scheduler_pending_pods Number of pending pods, by the queue type.");
+        let _ = writeln!(
+            out,
+            "scheduler_scheduling_attempt_duration_seconds_bucket{{le=\"+Inf\"}} {}",
+            m.count
+        );
+        let _ = writeln!(
+            out,
+            "scheduler_scheduling_attempt_duration_seconds_sum {}",
+            m.sum
+        );
+        let _ = writeln!(
+            out,
+            "scheduler_scheduling_attempt_duration_seconds_count {}",
+            m.count
+        );
+        let _ = writeln!(
+            out,
+            "# HELP scheduler_pending_pods Number of pending pods, by the queue type."
+        );
         let _ = writeln!(out, "# TYPE scheduler_pending_pods gauge");
         for (q, v) in [
             ("active", m.pending.active),
@@ -90,9 +130,16 @@ impl Metrics {
         ] {
             let _ = writeln!(out, "scheduler_pending_pods{{queue=\"{q}\"}} {v}");
         }
-        let _ = writeln!(out, "# HELP scheduler_preemption_attempts_total Total preemption attempts in the cluster till now");
+        let _ = writeln!(
+            out,
+            "# HELP scheduler_preemption_attempts_total Total preemption attempts in the cluster till now"
+        );
         let _ = writeln!(out, "# TYPE scheduler_preemption_attempts_total counter");
-        let _ = writeln!(out, "scheduler_preemption_attempts_total {}", m.preemption_attempts);
+        let _ = writeln!(
+            out,
+            "scheduler_preemption_attempts_total {}",
+            m.preemption_attempts
+        );
         out
     }
 }

@@ -31,7 +31,9 @@ pub struct PriorityClasses {
 impl PriorityClasses {
     /// Add or update a class.
     pub fn apply(&mut self, pc: &PriorityClass) {
-        let Some(name) = pc.metadata.name.clone() else { return };
+        let Some(name) = pc.metadata.name.clone() else {
+            return;
+        };
         self.classes.insert(
             name,
             Class {
@@ -52,9 +54,16 @@ impl PriorityClasses {
     /// would have rejected the pod).
     pub fn resolve(&self, pod: &mut PodInfo) {
         let spec = pod.pod.spec.as_ref();
-        let name = spec.and_then(|s| s.priority_class_name.as_deref()).unwrap_or("");
+        let name = spec
+            .and_then(|s| s.priority_class_name.as_deref())
+            .unwrap_or("");
         if name.is_empty() {
-            if let Some(c) = self.classes.values().filter(|c| c.global_default).max_by_key(|c| c.value) {
+            if let Some(c) = self
+                .classes
+                .values()
+                .filter(|c| c.global_default)
+                .max_by_key(|c| c.value)
+            {
                 pod.priority = c.value;
                 pod.may_preempt &= !c.never;
             }

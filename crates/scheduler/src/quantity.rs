@@ -6,7 +6,9 @@ use thiserror::Error;
 
 /// A quantity string that is not a Kubernetes quantity.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
-#[error("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {0:?}")]
+#[error(
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {0:?}"
+)]
 pub struct QuantityError(pub String);
 
 /// Parse a quantity into thousandths of a unit (`"100m"` → 100, `"2"` → 2000),
@@ -92,6 +94,7 @@ pub fn parse_value(s: &str) -> Result<i64, QuantityError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

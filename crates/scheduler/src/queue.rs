@@ -129,7 +129,9 @@ impl SchedulingQueue {
     }
 
     fn place(&mut self, uid: &str, place: Place, now: Instant) {
-        let Some(slot) = self.pods.get_mut(uid) else { return };
+        let Some(slot) = self.pods.get_mut(uid) else {
+            return;
+        };
         slot.version += 1;
         slot.place = place;
         let (info, version) = (slot.info.clone(), slot.version);
@@ -137,7 +139,8 @@ impl SchedulingQueue {
             Place::Active => self.push_active(info, version),
             Place::Backoff => {
                 let until = self.backoff_until(&info, now);
-                self.backoff.push(Reverse((until, version, uid.to_string())));
+                self.backoff
+                    .push(Reverse((until, version, uid.to_string())));
             }
             _ => {}
         }
@@ -167,7 +170,9 @@ impl SchedulingQueue {
             match (was, admitted) {
                 (Place::InFlight, _) => {}
                 (_, false) => self.place(&pod.uid, Place::Gated, now),
-                (Place::Gated, true) | (Place::Active, true) => self.place(&pod.uid, Place::Active, now),
+                (Place::Gated, true) | (Place::Active, true) => {
+                    self.place(&pod.uid, Place::Active, now)
+                }
                 // An update may make it schedulable: retry (after backoff).
                 (Place::Unschedulable(_), true) => self.place(&pod.uid, Place::Backoff, now),
                 (Place::Backoff, true) => {}
@@ -186,9 +191,21 @@ impl SchedulingQueue {
         };
         self.pods.insert(
             pod.uid.clone(),
-            Slot { info, place: Place::Gated, version: 0 },
+            Slot {
+                info,
+                place: Place::Gated,
+                version: 0,
+            },
         );
-        self.place(&pod.uid, if admitted { Place::Active } else { Place::Gated }, now);
+        self.place(
+            &pod.uid,
+            if admitted {
+                Place::Active
+            } else {
+                Place::Gated
+            },
+            now,
+        );
     }
 
     /// Whether the queue holds this pod (in any sub-queue or in flight).
@@ -212,7 +229,9 @@ impl SchedulingQueue {
     /// The next pod to schedule.
     pub fn pop(&mut self) -> Option<QueuedPodInfo> {
         while let Some((info, version)) = self.pop_active() {
-            let Some(slot) = self.pods.get_mut(&info.pod.uid) else { continue };
+            let Some(slot) = self.pods.get_mut(&info.pod.uid) else {
+                continue;
+            };
             if slot.version != version || slot.place != Place::Active {
                 continue;
             }
@@ -264,7 +283,14 @@ impl SchedulingQueue {
                 slot.info.pod = pod;
             }
             None => {
-                self.pods.insert(uid.to_string(), Slot { info, place, version: 0 });
+                self.pods.insert(
+                    uid.to_string(),
+                    Slot {
+                        info,
+                        place,
+                        version: 0,
+                    },
+                );
             }
         }
         self.place(uid, place, now);
@@ -272,7 +298,11 @@ impl SchedulingQueue {
 
     /// A cluster event: unschedulable pods rejected by a plugin interested in
     /// it move to backoff/active.
-    pub fn move_on_event(&mut self, event: ClusterEvent, interested: &dyn Fn(&str, ClusterEvent) -> bool) {
+    pub fn move_on_event(
+        &mut self,
+        event: ClusterEvent,
+        interested: &dyn Fn(&str, ClusterEvent) -> bool,
+    ) {
         self.move_cycle = self.cycle;
         let now = Instant::now();
         let uids: Vec<String> = self
@@ -281,7 +311,10 @@ impl SchedulingQueue {
             .filter(|(_, s)| matches!(s.place, Place::Unschedulable(_)))
             .filter(|(_, s)| {
                 s.info.unschedulable_plugins.is_empty()
-                    || s.info.unschedulable_plugins.iter().any(|p| interested(p, event))
+                    || s.info
+                        .unschedulable_plugins
+                        .iter()
+                        .any(|p| interested(p, event))
             })
             .map(|(u, _)| u.clone())
             .collect();
@@ -291,7 +324,9 @@ impl SchedulingQueue {
     }
 
     fn requeue(&mut self, uid: &str, now: Instant) {
-        let Some(slot) = self.pods.get(uid) else { return };
+        let Some(slot) = self.pods.get(uid) else {
+            return;
+        };
         // still backing off since the last attempt? then backoffQ
         let until = match slot.place {
             Place::Unschedulable(since) => since + self.backoff_duration(slot.info.attempts),
@@ -302,7 +337,8 @@ impl SchedulingQueue {
         } else if let Some(slot) = self.pods.get_mut(uid) {
             slot.version += 1;
             slot.place = Place::Backoff;
-            self.backoff.push(Reverse((until, slot.version, uid.to_string())));
+            self.backoff
+                .push(Reverse((until, slot.version, uid.to_string())));
         }
     }
 
@@ -380,7 +416,8 @@ impl SchedulingQueue {
                 out.push(p);
             }
         }
-        self.nominated.insert(pod.uid.clone(), (node.to_string(), pod));
+        self.nominated
+            .insert(pod.uid.clone(), (node.to_string(), pod));
         self.nominated_cache = None;
         out
     }
@@ -402,6 +439,7 @@ impl SchedulingQueue {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::plugins::simple::PrioritySort;
@@ -418,7 +456,11 @@ mod tests {
 
     #[test]
     fn priority_then_fifo_and_backoff() {
-        let mut q = SchedulingQueue::new(Arc::new(PrioritySort), Duration::from_secs(1), Duration::from_secs(10));
+        let mut q = SchedulingQueue::new(
+            Arc::new(PrioritySort),
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        );
         q.add(pod("a", 0), true);
         q.add(pod("b", 10), true);
         q.add(pod("c", 0), true);

@@ -63,7 +63,7 @@ pub enum Input {
     /// A relist finished: nodes not in the set are gone.
     NodesRelisted(HashSet<String>),
     /// A PriorityClass was added or changed.
-    PriorityClassApply(PriorityClass),
+    PriorityClassApply(Box<PriorityClass>),
     /// A PriorityClass was deleted.
     PriorityClassDelete(String),
     /// Something a plugin watches changed: retry unschedulable pods.
@@ -82,7 +82,7 @@ pub enum Input {
     /// A binding cycle failed.
     BindFailed {
         /// The queued pod.
-        info: QueuedPodInfo,
+        info: Box<QueuedPodInfo>,
         /// The node.
         node: String,
         /// Why.
@@ -178,9 +178,11 @@ impl SchedulerBuilder {
             Err(e) => {
                 // A marker plugin name records the clash for build().
                 let name = e.0.clone();
-                let _ = self.registry.register(&format!("\0duplicate:{name}"), move |_, _| {
-                    Err(format!("duplicate {name}"))
-                });
+                let _ = self
+                    .registry
+                    .register(&format!("\0duplicate:{name}"), move |_, _| {
+                        Err(format!("duplicate {name}"))
+                    });
             }
         }
         self
@@ -194,7 +196,11 @@ impl SchedulerBuilder {
 
     /// Build the scheduling loop without starting anything.
     pub fn build_core(self, runtime: tokio::runtime::Handle) -> Result<SchedulerCore, BuildError> {
-        if let Some(dup) = self.registry.names().find_map(|n| n.strip_prefix("\0duplicate:")) {
+        if let Some(dup) = self
+            .registry
+            .names()
+            .find_map(|n| n.strip_prefix("\0duplicate:"))
+        {
             return Err(DuplicatePlugin(dup.to_string()).into());
         }
         self.config.validate()?;
@@ -207,7 +213,10 @@ impl SchedulerBuilder {
         let handle = Handle {
             client: self.client.clone(),
             runtime: Some(runtime.clone()),
-            extender_ignored_resources: extenders.iter().flat_map(|e| e.ignored_resources()).collect(),
+            extender_ignored_resources: extenders
+                .iter()
+                .flat_map(|e| e.ignored_resources())
+                .collect(),
             waiting_pods: WaitingPods::default(),
             pdbs: Arc::new(RwLock::new(Vec::new())),
             parallelism: self.config.parallelism.unwrap_or(16).max(1) as usize,
@@ -233,10 +242,12 @@ impl SchedulerBuilder {
             interest.extend(fw.events_by_plugin());
             profiles.insert(fw.profile_name().to_string(), Arc::new(fw));
         }
-        let sort = sort.and_then(|(_, p)| p).ok_or_else(|| ConfigError::Invalid {
-            field: "profiles".into(),
-            message: "no queue sort plugin".into(),
-        })?;
+        let sort = sort
+            .and_then(|(_, p)| p)
+            .ok_or_else(|| ConfigError::Invalid {
+                field: "profiles".into(),
+                message: "no queue sort plugin".into(),
+            })?;
         let (initial, max) = self.config.backoff();
         let (tx, rx) = std::sync::mpsc::channel();
         Ok(SchedulerCore {
@@ -270,7 +281,12 @@ impl SchedulerBuilder {
                 core.reports = Some(rtx);
                 tasks.push(runtime.spawn(reporter(client.clone(), rrx)));
             }
-            tasks.extend(spawn_watches(&runtime, client, tx.clone(), core.handle.pdbs.clone()));
+            tasks.extend(spawn_watches(
+                &runtime,
+                client,
+                tx.clone(),
+                core.handle.pdbs.clone(),
+            ));
         }
         let metrics = core.metrics.clone();
         let thread = std::thread::Builder::new()
@@ -459,11 +475,21 @@ impl SchedulerCore {
                 let event = match self.cache.snapshot().get(&name) {
                     None => Some(ClusterEvent::NodeAdd),
                     Some(old) => {
-                        let before = (old.allocatable.clone(), old.labels().clone(), old.taints.clone(), old.unschedulable);
+                        let before = (
+                            old.allocatable.clone(),
+                            old.labels().clone(),
+                            old.taints.clone(),
+                            old.unschedulable,
+                        );
                         self.cache.apply_node(node.clone());
                         let now = self.cache.snapshot().get(&name);
                         let changed = now.is_some_and(|n| {
-                            (n.allocatable.clone(), n.labels().clone(), n.taints.clone(), n.unschedulable) != before
+                            (
+                                n.allocatable.clone(),
+                                n.labels().clone(),
+                                n.taints.clone(),
+                                n.unschedulable,
+                            ) != before
                         });
                         changed.then_some(ClusterEvent::NodeUpdate)
                     }
@@ -498,14 +524,26 @@ impl SchedulerCore {
                 self.reresolve_priorities();
             }
             Input::Activate => self.move_pods(ClusterEvent::Other),
-            Input::Bound { pod, node, profile, started } => {
-                self.metrics.attempt("scheduled", &profile, started.elapsed());
+            Input::Bound {
+                pod,
+                node,
+                profile,
+                started,
+            } => {
+                self.metrics
+                    .attempt("scheduled", &profile, started.elapsed());
                 self.queue.clear_nomination(&pod.uid);
                 if let Some(r) = &self.reports {
                     let _ = r.send(Report::Scheduled { pod, node });
                 }
             }
-            Input::BindFailed { info, node, status, profile, started } => {
+            Input::BindFailed {
+                info,
+                node,
+                status,
+                profile,
+                started,
+            } => {
                 let _ = node;
                 self.cache.forget(&info.pod.uid);
                 self.metrics.attempt("error", &profile, started.elapsed());
@@ -514,12 +552,22 @@ impl SchedulerCore {
                 let pod = info.pod.clone();
                 if !gone {
                     if status.is_rejected() {
-                        self.queue.add_unschedulable(info, vec![status.plugin.clone()]);
+                        self.queue
+                            .add_unschedulable(*info, vec![status.plugin.clone()]);
                     } else {
-                        self.queue.add_backoff(info);
+                        self.queue.add_backoff(*info);
                     }
                 }
-                self.report_failure(&pod, if status.is_rejected() { "Unschedulable" } else { "SchedulerError" }, message, None);
+                self.report_failure(
+                    &pod,
+                    if status.is_rejected() {
+                        "Unschedulable"
+                    } else {
+                        "SchedulerError"
+                    },
+                    message,
+                    None,
+                );
             }
             Input::Stop => {}
         }
@@ -594,10 +642,21 @@ impl SchedulerCore {
         self.queue.add(Arc::new(info), admitted);
     }
 
-    fn report_failure(&self, pod: &Arc<PodInfo>, reason: &'static str, message: String, nominated: Option<String>) {
+    fn report_failure(
+        &self,
+        pod: &Arc<PodInfo>,
+        reason: &'static str,
+        message: String,
+        nominated: Option<String>,
+    ) {
         tracing::debug!(pod = %pod.key(), %reason, %message, "scheduling failed");
         if let Some(r) = &self.reports {
-            let _ = r.send(Report::Failed { pod: pod.clone(), reason, message, nominated });
+            let _ = r.send(Report::Failed {
+                pod: pod.clone(),
+                reason,
+                message,
+                nominated,
+            });
         }
     }
 
@@ -628,7 +687,10 @@ impl SchedulerCore {
             Err(Failure::Fit(fit)) => {
                 let mut fit = *fit;
                 let mut nominated = None;
-                let resolvable = fit.pre_filter_status.as_ref().is_none_or(|s| s.code == Code::Unschedulable);
+                let resolvable = fit
+                    .pre_filter_status
+                    .as_ref()
+                    .is_none_or(|s| s.code == Code::Unschedulable);
                 if fw.has_post_filter() && resolvable {
                     self.metrics.preemption_attempt();
                     let snapshot = self.cache.snapshot();
@@ -649,9 +711,11 @@ impl SchedulerCore {
                 if let Some(node) = &nominated {
                     self.queue.nominate(pod.clone(), node);
                 }
-                self.metrics.attempt("unschedulable", &profile, started.elapsed());
+                self.metrics
+                    .attempt("unschedulable", &profile, started.elapsed());
                 self.report_failure(&pod, "Unschedulable", message.clone(), nominated);
-                self.queue.add_unschedulable(info, fit.unschedulable_plugins());
+                self.queue
+                    .add_unschedulable(info, fit.unschedulable_plugins());
                 Some(CycleOutcome::Unschedulable(message))
             }
             Err(Failure::Error(s)) => {
@@ -664,7 +728,12 @@ impl SchedulerCore {
         }
     }
 
-    fn find_host(&mut self, fw: &Framework, state: &mut CycleState, pod: &PodInfo) -> Result<String, Failure> {
+    fn find_host(
+        &mut self,
+        fw: &Framework,
+        state: &mut CycleState,
+        pod: &PodInfo,
+    ) -> Result<String, Failure> {
         let snapshot = self.cache.snapshot();
         let n = snapshot.nodes().len();
         let fit = |pre: Option<Status>, statuses| {
@@ -691,8 +760,11 @@ impl SchedulerCore {
             0 => Err(fit(None, statuses)),
             1 => Ok(feasible[0].name.clone()),
             _ => {
-                let scores = fw.run_score(state, pod, &feasible, snapshot).map_err(Failure::Error)?;
-                fw.select_host(&scores).ok_or_else(|| Failure::Error(Status::error("no host selected")))
+                let scores = fw
+                    .run_score(state, pod, &feasible, snapshot)
+                    .map_err(Failure::Error)?;
+                fw.select_host(&scores)
+                    .ok_or_else(|| Failure::Error(Status::error("no host selected")))
             }
         }
     }
@@ -708,20 +780,38 @@ impl SchedulerCore {
         let pod = info.pod.clone();
         self.cache.assume(pod.clone(), &node);
         let profile = fw.profile_name().to_string();
-        let fail = |core: &mut SchedulerCore, state: &CycleState, s: Status, info: QueuedPodInfo| {
-            fw.run_unreserve(state, &pod, &node);
-            core.cache.forget(&pod.uid);
-            core.metrics.attempt(if s.is_rejected() { "unschedulable" } else { "error" }, &profile, started.elapsed());
-            let msg = s.message();
-            core.report_failure(&pod, if s.is_rejected() { "Unschedulable" } else { "SchedulerError" }, msg.clone(), None);
-            if s.is_rejected() {
-                core.queue.add_unschedulable(info, vec![s.plugin.clone()]);
-                CycleOutcome::Unschedulable(msg)
-            } else {
-                core.queue.add_backoff(info);
-                CycleOutcome::Error(msg)
-            }
-        };
+        let fail =
+            |core: &mut SchedulerCore, state: &CycleState, s: Status, info: QueuedPodInfo| {
+                fw.run_unreserve(state, &pod, &node);
+                core.cache.forget(&pod.uid);
+                core.metrics.attempt(
+                    if s.is_rejected() {
+                        "unschedulable"
+                    } else {
+                        "error"
+                    },
+                    &profile,
+                    started.elapsed(),
+                );
+                let msg = s.message();
+                core.report_failure(
+                    &pod,
+                    if s.is_rejected() {
+                        "Unschedulable"
+                    } else {
+                        "SchedulerError"
+                    },
+                    msg.clone(),
+                    None,
+                );
+                if s.is_rejected() {
+                    core.queue.add_unschedulable(info, vec![s.plugin.clone()]);
+                    CycleOutcome::Unschedulable(msg)
+                } else {
+                    core.queue.add_backoff(info);
+                    CycleOutcome::Error(msg)
+                }
+            };
         let s = fw.run_reserve(&mut state, &pod, &node);
         if !s.is_success() {
             return fail(self, &state, s, info);
@@ -736,13 +826,27 @@ impl SchedulerCore {
         let state = Arc::new(state);
         let node2 = node.clone();
         self.runtime.spawn(async move {
-            let s = fw.clone().run_binding_cycle(state.clone(), pod.clone(), node2.clone(), wait).await;
+            let s = fw
+                .clone()
+                .run_binding_cycle(state.clone(), pod.clone(), node2.clone(), wait)
+                .await;
             let profile = fw.profile_name().to_string();
             if s.is_success() {
-                let _ = tx.send(Input::Bound { pod, node: node2, profile, started });
+                let _ = tx.send(Input::Bound {
+                    pod,
+                    node: node2,
+                    profile,
+                    started,
+                });
             } else {
                 fw.run_unreserve(&state, &pod, &node2);
-                let _ = tx.send(Input::BindFailed { info, node: node2, status: s, profile, started });
+                let _ = tx.send(Input::BindFailed {
+                    info: Box::new(info),
+                    node: node2,
+                    status: s,
+                    profile,
+                    started,
+                });
             }
         });
         CycleOutcome::Assumed(node)
@@ -782,7 +886,9 @@ fn spawn_watches(
                         seen = Some(HashSet::new());
                         true
                     }
-                    Ok(watcher::Event::InitDone) => tx.send(Input::PodsRelisted(seen.take().unwrap_or_default())).is_ok(),
+                    Ok(watcher::Event::InitDone) => tx
+                        .send(Input::PodsRelisted(seen.take().unwrap_or_default()))
+                        .is_ok(),
                     Err(e) => {
                         tracing::warn!(error = %e, "pod watch failed; retrying");
                         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -811,12 +917,16 @@ fn spawn_watches(
                         }
                         tx.send(Input::NodeApply(Arc::new(n))).is_ok()
                     }
-                    Ok(watcher::Event::Delete(n)) => tx.send(Input::NodeDelete(n.metadata.name.unwrap_or_default())).is_ok(),
+                    Ok(watcher::Event::Delete(n)) => tx
+                        .send(Input::NodeDelete(n.metadata.name.unwrap_or_default()))
+                        .is_ok(),
                     Ok(watcher::Event::Init) => {
                         seen = Some(HashSet::new());
                         true
                     }
-                    Ok(watcher::Event::InitDone) => tx.send(Input::NodesRelisted(seen.take().unwrap_or_default())).is_ok(),
+                    Ok(watcher::Event::InitDone) => tx
+                        .send(Input::NodesRelisted(seen.take().unwrap_or_default()))
+                        .is_ok(),
                     Err(e) => {
                         tracing::warn!(error = %e, "node watch failed; retrying");
                         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -837,8 +947,14 @@ fn spawn_watches(
             let mut s = std::pin::pin!(watcher(api, watcher::Config::default()));
             while let Some(ev) = s.next().await {
                 let ok = match ev {
-                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => tx.send(Input::PriorityClassApply(p)).is_ok(),
-                    Ok(watcher::Event::Delete(p)) => tx.send(Input::PriorityClassDelete(p.metadata.name.unwrap_or_default())).is_ok(),
+                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                        tx.send(Input::PriorityClassApply(Box::new(p))).is_ok()
+                    }
+                    Ok(watcher::Event::Delete(p)) => tx
+                        .send(Input::PriorityClassDelete(
+                            p.metadata.name.unwrap_or_default(),
+                        ))
+                        .is_ok(),
                     Ok(_) => true,
                     Err(e) => {
                         tracing::warn!(error = %e, "priorityclass watch failed; retrying");
@@ -866,7 +982,10 @@ fn spawn_watches(
                         }
                     }
                     Ok(watcher::Event::Delete(p)) => {
-                        known.remove(&(p.metadata.namespace.unwrap_or_default(), p.metadata.name.unwrap_or_default()));
+                        known.remove(&(
+                            p.metadata.namespace.unwrap_or_default(),
+                            p.metadata.name.unwrap_or_default(),
+                        ));
                     }
                     Ok(watcher::Event::Init) => known.clear(),
                     Ok(watcher::Event::InitDone) => {}
@@ -886,7 +1005,10 @@ fn spawn_watches(
 
 fn pdb_info(p: &PodDisruptionBudget) -> Option<PdbInfo> {
     let sel = p.spec.as_ref()?.selector.as_ref()?;
-    let selector = kubeforge_apimachinery::labels::Selector::from_label_selector(&serde_json::to_value(sel).ok()?).ok()?;
+    let selector = kubeforge_apimachinery::labels::Selector::from_label_selector(
+        &serde_json::to_value(sel).ok()?,
+    )
+    .ok()?;
     Some(PdbInfo {
         namespace: p.metadata.namespace.clone().unwrap_or_default(),
         name: p.metadata.name.clone().unwrap_or_default(),
@@ -904,16 +1026,26 @@ async fn reporter(client: kube::Client, mut rx: tokio::sync::mpsc::UnboundedRece
         if matches!(r, Report::Scheduled { .. }) && rx.len() > 10_000 {
             continue;
         }
-        let Ok(permit) = sem.clone().acquire_owned().await else { return };
+        let Ok(permit) = sem.clone().acquire_owned().await else {
+            return;
+        };
         let client = client.clone();
         tokio::spawn(async move {
             let _permit = permit;
             match r {
                 Report::Scheduled { pod, node } => {
-                    let note = format!("Successfully assigned {}/{} to {}", pod.namespace, pod.name, node);
+                    let note = format!(
+                        "Successfully assigned {}/{} to {}",
+                        pod.namespace, pod.name, node
+                    );
                     post_event(&client, &pod, "Normal", "Scheduled", &note).await;
                 }
-                Report::Failed { pod, reason, message, nominated } => {
+                Report::Failed {
+                    pod,
+                    reason,
+                    message,
+                    nominated,
+                } => {
                     post_event(&client, &pod, "Warning", "FailedScheduling", &message).await;
                     let mut status = json!({
                         "conditions": [{
@@ -930,7 +1062,10 @@ async fn reporter(client: kube::Client, mut rx: tokio::sync::mpsc::UnboundedRece
                     }
                     let api: kube::Api<Pod> = kube::Api::namespaced(client, &pod.namespace);
                     let patch = kube::api::Patch::Strategic(json!({ "status": status }));
-                    if let Err(e) = api.patch_status(&pod.name, &kube::api::PatchParams::default(), &patch).await {
+                    if let Err(e) = api
+                        .patch_status(&pod.name, &kube::api::PatchParams::default(), &patch)
+                        .await
+                    {
                         tracing::debug!(pod = %pod.key(), error = %e, "updating the PodScheduled condition failed");
                     }
                 }
@@ -954,9 +1089,12 @@ async fn post_event(client: &kube::Client, pod: &PodInfo, type_: &str, reason: &
         "type": type_,
         "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid},
     });
-    let req = http::Request::post(format!("/apis/events.k8s.io/v1/namespaces/{}/events", pod.namespace))
-        .header("Content-Type", "application/json")
-        .body(serde_json::to_vec(&ev).unwrap_or_default());
+    let req = http::Request::post(format!(
+        "/apis/events.k8s.io/v1/namespaces/{}/events",
+        pod.namespace
+    ))
+    .header("Content-Type", "application/json")
+    .body(serde_json::to_vec(&ev).unwrap_or_default());
     if let Ok(req) = req
         && let Err(e) = client.request::<serde_json::Value>(req).await
     {

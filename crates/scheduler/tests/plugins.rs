@@ -3,6 +3,8 @@
 //! kube-scheduler's rules pick, or get kube-scheduler's FailedScheduling
 //! message.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::time::Duration;
@@ -30,17 +32,30 @@ async fn resource_fit_and_failed_scheduling_message() {
     let start = std::time::Instant::now();
     loop {
         let evs = events(&c, "too-big").await;
-        if evs.iter().any(|(r, n)| r == "FailedScheduling" && n.starts_with("0/2 nodes are available: 2 Insufficient cpu.")) {
+        if evs.iter().any(|(r, n)| {
+            r == "FailedScheduling" && n.starts_with("0/2 nodes are available: 2 Insufficient cpu.")
+        }) {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "no FailedScheduling event: {evs:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no FailedScheduling event: {evs:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let evs = events(&c, "needs-4-cpu").await;
-    assert!(evs.iter().any(|(r, n)| r == "Scheduled" && n == "Successfully assigned default/needs-4-cpu to big"), "{evs:?}");
+    assert!(
+        evs.iter()
+            .any(|(r, n)| r == "Scheduled"
+                && n == "Successfully assigned default/needs-4-cpu to big"),
+        "{evs:?}"
+    );
     // deleting the first pod frees the room: the pending pod is retried
-    let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(c.clone(), "default");
-    api.delete("needs-4-cpu", &Default::default()).await.unwrap();
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(c.clone(), "default");
+    api.delete("needs-4-cpu", &Default::default())
+        .await
+        .unwrap();
     assert_eq!(bound(&c, "too-big").await, "big");
     sched.stop().await;
 }
@@ -48,8 +63,22 @@ async fn resource_fit_and_failed_scheduling_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn taints_tolerations_and_unschedulable_nodes() {
     let (_s, c) = server().await;
-    node(&c, "tainted", "4", "8Gi", json!({"spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}})).await;
-    node(&c, "cordoned", "4", "8Gi", json!({"spec": {"unschedulable": true}})).await;
+    node(
+        &c,
+        "tainted",
+        "4",
+        "8Gi",
+        json!({"spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}}),
+    )
+    .await;
+    node(
+        &c,
+        "cordoned",
+        "4",
+        "8Gi",
+        json!({"spec": {"unschedulable": true}}),
+    )
+    .await;
     let sched = SchedulerBuilder::new(c.clone()).start().unwrap();
     pod(&c, "plain", "100m", "64Mi", json!({})).await;
     let msg = unschedulable_message(&c, "plain").await;
@@ -66,7 +95,14 @@ async fn taints_tolerations_and_unschedulable_nodes() {
 async fn node_affinity_selector_and_bad_operator() {
     let (_s, c) = server().await;
     for (n, zone, disk) in [("a", "z1", "hdd"), ("b", "z2", "ssd"), ("c", "z3", "ssd")] {
-        node(&c, n, "4", "8Gi", json!({"metadata": {"labels": {"topology.kubernetes.io/zone": zone, "disk": disk}}})).await;
+        node(
+            &c,
+            n,
+            "4",
+            "8Gi",
+            json!({"metadata": {"labels": {"topology.kubernetes.io/zone": zone, "disk": disk}}}),
+        )
+        .await;
     }
     let sched = SchedulerBuilder::new(c.clone()).start().unwrap();
     pod(&c, "ssd-not-z2", "100m", "64Mi", json!({"spec": {
@@ -99,15 +135,27 @@ async fn gpus_and_unknown_extended_resources() {
     node(&c, "cpu-only", "8", "16Gi", json!({})).await;
     node(&c, "gpu-node", "8", "16Gi", json!({"status": {"capacity": {"nvidia.com/gpu": "2"}, "allocatable": {"nvidia.com/gpu": "2"}}})).await;
     let sched = SchedulerBuilder::new(c.clone()).start().unwrap();
-    let gpu = |n: &str| json!({"spec": {"containers": [{"name": "c", "image": "cuda", "resources": {
-        "requests": {"cpu": "100m", "nvidia.com/gpu": n}, "limits": {"nvidia.com/gpu": n}}}]}});
+    let gpu = |n: &str| {
+        json!({"spec": {"containers": [{"name": "c", "image": "cuda", "resources": {
+        "requests": {"cpu": "100m", "nvidia.com/gpu": n}, "limits": {"nvidia.com/gpu": n}}}]}})
+    };
     pod(&c, "train-1", "100m", "64Mi", gpu("2")).await;
     assert_eq!(bound(&c, "train-1").await, "gpu-node");
     pod(&c, "train-2", "100m", "64Mi", gpu("1")).await;
     let msg = unschedulable_message(&c, "train-2").await;
-    assert!(msg.starts_with("0/2 nodes are available: 2 Insufficient nvidia.com/gpu."), "{msg}");
-    pod(&c, "fpga", "100m", "64Mi", json!({"spec": {"containers": [{"name": "c", "image": "x", "resources": {
-        "requests": {"example.com/fpga": "1"}, "limits": {"example.com/fpga": "1"}}}]}})).await;
+    assert!(
+        msg.starts_with("0/2 nodes are available: 2 Insufficient nvidia.com/gpu."),
+        "{msg}"
+    );
+    pod(
+        &c,
+        "fpga",
+        "100m",
+        "64Mi",
+        json!({"spec": {"containers": [{"name": "c", "image": "x", "resources": {
+        "requests": {"example.com/fpga": "1"}, "limits": {"example.com/fpga": "1"}}}]}}),
+    )
+    .await;
     let msg = unschedulable_message(&c, "fpga").await;
     assert!(msg.contains("2 Insufficient example.com/fpga"), "{msg}");
     sched.stop().await;
@@ -117,7 +165,14 @@ async fn gpus_and_unknown_extended_resources() {
 async fn topology_spread_and_pod_anti_affinity() {
     let (_s, c) = server().await;
     for (n, zone) in [("a1", "z1"), ("a2", "z1"), ("b1", "z2")] {
-        node(&c, n, "8", "16Gi", json!({"metadata": {"labels": {"topology.kubernetes.io/zone": zone}}})).await;
+        node(
+            &c,
+            n,
+            "8",
+            "16Gi",
+            json!({"metadata": {"labels": {"topology.kubernetes.io/zone": zone}}}),
+        )
+        .await;
     }
     let sched = SchedulerBuilder::new(c.clone()).start().unwrap();
     let spread = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"topologySpreadConstraints": [
@@ -128,7 +183,9 @@ async fn topology_spread_and_pod_anti_affinity() {
         let name = format!("web-{i}");
         pod(&c, &name, "100m", "64Mi", spread.clone()).await;
         let n = bound(&c, &name).await;
-        *zones.entry(if n == "b1" { "z2" } else { "z1" }).or_insert(0) += 1;
+        *zones
+            .entry(if n == "b1" { "z2" } else { "z1" })
+            .or_insert(0) += 1;
     }
     assert_eq!(zones.get("z1"), Some(&2), "{zones:?}");
     assert_eq!(zones.get("z2"), Some(&2), "{zones:?}");
@@ -146,14 +203,24 @@ async fn topology_spread_and_pod_anti_affinity() {
     pod(&c, "db-3", "100m", "64Mi", anti.clone()).await;
     let msg = unschedulable_message(&c, "db-3").await;
     // existing pods repel it first (symmetry is checked before its own terms)
-    assert!(msg.contains("3 node(s) didn't satisfy existing pods anti-affinity rules"), "{msg}");
+    assert!(
+        msg.contains("3 node(s) didn't satisfy existing pods anti-affinity rules"),
+        "{msg}"
+    );
     // symmetry: a pod without terms may not join a node whose pod repels it
     let repel = json!({"metadata": {"labels": {"app": "lonely"}}, "spec": {"affinity": {"podAntiAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "topology.kubernetes.io/zone",
             "labelSelector": {"matchLabels": {"app": "noisy"}}}]}}}});
     pod(&c, "lonely", "100m", "64Mi", repel).await;
     let lonely_node = bound(&c, "lonely").await;
-    pod(&c, "noisy", "100m", "64Mi", json!({"metadata": {"labels": {"app": "noisy"}}})).await;
+    pod(
+        &c,
+        "noisy",
+        "100m",
+        "64Mi",
+        json!({"metadata": {"labels": {"app": "noisy"}}}),
+    )
+    .await;
     let noisy_node = bound(&c, "noisy").await;
     let zone = |n: &str| if n == "b1" { "z2" } else { "z1" };
     assert_ne!(zone(&lonely_node), zone(&noisy_node));
@@ -165,15 +232,35 @@ async fn scheduling_gates_hold_pods_until_removed() {
     let (_s, c) = server().await;
     node(&c, "n1", "4", "8Gi", json!({})).await;
     let sched = SchedulerBuilder::new(c.clone()).start().unwrap();
-    pod(&c, "gated", "100m", "64Mi", json!({"spec": {"schedulingGates": [{"name": "example.com/wait"}]}})).await;
-    assert_eq!(node_after(&c, "gated", Duration::from_millis(500)).await, None);
-    let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(c.clone(), "default");
+    pod(
+        &c,
+        "gated",
+        "100m",
+        "64Mi",
+        json!({"spec": {"schedulingGates": [{"name": "example.com/wait"}]}}),
+    )
+    .await;
+    assert_eq!(
+        node_after(&c, "gated", Duration::from_millis(500)).await,
+        None
+    );
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(c.clone(), "default");
     let p = api.get("gated").await.unwrap();
     let conds = p.status.and_then(|s| s.conditions).unwrap_or_default();
-    assert!(!conds.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"), "gated pods get no Unschedulable condition: {conds:?}");
-    api.patch("gated", &Default::default(), &kube::api::Patch::Merge(json!({"spec": {"schedulingGates": null}})))
-        .await
-        .unwrap();
+    assert!(
+        !conds
+            .iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "False"),
+        "gated pods get no Unschedulable condition: {conds:?}"
+    );
+    api.patch(
+        "gated",
+        &Default::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"schedulingGates": null}})),
+    )
+    .await
+    .unwrap();
     assert_eq!(bound(&c, "gated").await, "n1");
     sched.stop().await;
 }

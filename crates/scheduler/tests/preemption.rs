@@ -1,6 +1,8 @@
 //! Priority and preemption: PriorityClass resolution, victims chosen by
 //! kube-scheduler's rules and deleted, nominatedNodeName, `Never`.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::time::Duration;
@@ -17,7 +19,10 @@ async fn priority_class(c: &kube::Client, name: &str, value: i32, never: bool) {
         "preemptionPolicy": if never { "Never" } else { "PreemptLowerPriority" }
     }))
     .unwrap();
-    Api::all(c.clone()).create(&PostParams::default(), &pc).await.unwrap();
+    Api::all(c.clone())
+        .create(&PostParams::default(), &pc)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -32,20 +37,61 @@ async fn high_priority_pod_preempts_the_cheapest_victims() {
     let sched = SchedulerBuilder::new(c.clone()).start().unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await; // classes seen
     // n1 holds a mid-priority pod, n2 a low-priority one: the low one goes
-    pod(&c, "mid-pod", "1500m", "1Gi", json!({"spec": {"priorityClassName": "mid", "nodeName": "n1"}})).await;
-    pod(&c, "low-pod", "1500m", "1Gi", json!({"spec": {"priorityClassName": "low", "nodeName": "n2"}})).await;
+    pod(
+        &c,
+        "mid-pod",
+        "1500m",
+        "1Gi",
+        json!({"spec": {"priorityClassName": "mid", "nodeName": "n1"}}),
+    )
+    .await;
+    pod(
+        &c,
+        "low-pod",
+        "1500m",
+        "1Gi",
+        json!({"spec": {"priorityClassName": "low", "nodeName": "n2"}}),
+    )
+    .await;
     // a pod that may not preempt waits
-    pod(&c, "polite", "1500m", "1Gi", json!({"spec": {"priorityClassName": "high-never"}})).await;
+    pod(
+        &c,
+        "polite",
+        "1500m",
+        "1Gi",
+        json!({"spec": {"priorityClassName": "high-never"}}),
+    )
+    .await;
     let msg = unschedulable_message(&c, "polite").await;
-    assert!(msg.contains("preemption: not eligible due to preemptionPolicy=Never."), "{msg}");
+    assert!(
+        msg.contains("preemption: not eligible due to preemptionPolicy=Never."),
+        "{msg}"
+    );
     let api: Api<Pod> = Api::namespaced(c.clone(), "default");
     api.delete("polite", &Default::default()).await.unwrap();
-    pod(&c, "urgent", "1500m", "1Gi", json!({"spec": {"priorityClassName": "high"}})).await;
+    pod(
+        &c,
+        "urgent",
+        "1500m",
+        "1Gi",
+        json!({"spec": {"priorityClassName": "high"}}),
+    )
+    .await;
     assert_eq!(bound(&c, "urgent").await, "n2");
-    assert!(api.get_opt("low-pod").await.unwrap().is_none(), "the low-priority victim is deleted");
-    assert!(api.get_opt("mid-pod").await.unwrap().is_some(), "the mid-priority pod stays");
+    assert!(
+        api.get_opt("low-pod").await.unwrap().is_none(),
+        "the low-priority victim is deleted"
+    );
+    assert!(
+        api.get_opt("mid-pod").await.unwrap().is_some(),
+        "the mid-priority pod stays"
+    );
     let p = api.get("urgent").await.unwrap();
-    assert_eq!(p.spec.unwrap().priority, Some(0), "the server keeps spec.priority; the scheduler resolved the class");
+    assert_eq!(
+        p.spec.unwrap().priority,
+        Some(0),
+        "the server keeps spec.priority; the scheduler resolved the class"
+    );
     sched.stop().await;
 }
 
@@ -54,9 +100,19 @@ async fn unknown_priority_class_is_reported() {
     let (_s, c) = server().await;
     node(&c, "n1", "2", "4Gi", json!({})).await;
     let sched = SchedulerBuilder::new(c.clone()).start().unwrap();
-    pod(&c, "typo", "100m", "64Mi", json!({"spec": {"priorityClassName": "hihg"}})).await;
+    pod(
+        &c,
+        "typo",
+        "100m",
+        "64Mi",
+        json!({"spec": {"priorityClassName": "hihg"}}),
+    )
+    .await;
     let msg = unschedulable_message(&c, "typo").await;
-    assert!(msg.contains("no PriorityClass with name hihg was found"), "{msg}");
+    assert!(
+        msg.contains("no PriorityClass with name hihg was found"),
+        "{msg}"
+    );
     // creating the class lets it through
     priority_class(&c, "hihg", 5, false).await;
     assert_eq!(bound(&c, "typo").await, "n1");

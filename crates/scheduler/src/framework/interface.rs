@@ -24,9 +24,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use super::runtime::Framework;
 use super::snapshot::Snapshot;
 use super::types::{NodeInfo, PodInfo};
-use super::runtime::Framework;
 
 /// The outcome class of a plugin call (kube-scheduler's `framework.Code`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -185,7 +185,9 @@ impl CycleState {
 
     /// Read data written earlier in the cycle.
     pub fn read<T: 'static>(&self, key: &str) -> Option<&T> {
-        self.data.get(key).and_then(|d| (**d).as_any().downcast_ref())
+        self.data
+            .get(key)
+            .and_then(|d| (**d).as_any().downcast_ref())
     }
 
     /// Read data mutably (PreFilter extensions update it during preemption).

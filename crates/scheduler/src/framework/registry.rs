@@ -43,8 +43,9 @@ pub struct PdbInfo {
 
 /// Builds a plugin from its args (`pluginConfig[].args`, `None` when not
 /// configured) — an error names what is wrong with the args.
-pub type PluginFactory =
-    Arc<dyn Fn(Option<&serde_json::Value>, &Handle) -> Result<Arc<dyn Plugin>, String> + Send + Sync>;
+pub type PluginFactory = Arc<
+    dyn Fn(Option<&serde_json::Value>, &Handle) -> Result<Arc<dyn Plugin>, String> + Send + Sync,
+>;
 
 /// Plugin factories by name.
 #[derive(Clone, Default)]

@@ -191,7 +191,10 @@ impl Framework {
         let mut plugins: HashMap<String, Arc<dyn Plugin>> = HashMap::new();
         for (name, field) in &wanted {
             let Some(factory) = registry.get(name) else {
-                return Err(invalid(field.clone(), format!("{name:?}: plugin not registered")));
+                return Err(invalid(
+                    field.clone(),
+                    format!("{name:?}: plugin not registered"),
+                ));
             };
             let plugin = factory(args.get(name.as_str()).copied(), &handle).map_err(|e| {
                 let j = profile
@@ -209,11 +212,15 @@ impl Framework {
         type Check = fn(&dyn Plugin) -> bool;
         let p = &profile.plugins;
         let points: [(&str, &config::PluginSet, Check); 12] = [
-            ("preEnqueue", &p.pre_enqueue, |x| x.as_pre_enqueue().is_some()),
+            ("preEnqueue", &p.pre_enqueue, |x| {
+                x.as_pre_enqueue().is_some()
+            }),
             ("queueSort", &p.queue_sort, |x| x.as_queue_sort().is_some()),
             ("preFilter", &p.pre_filter, |x| x.as_pre_filter().is_some()),
             ("filter", &p.filter, |x| x.as_filter().is_some()),
-            ("postFilter", &p.post_filter, |x| x.as_post_filter().is_some()),
+            ("postFilter", &p.post_filter, |x| {
+                x.as_post_filter().is_some()
+            }),
             ("preScore", &p.pre_score, |x| x.as_pre_score().is_some()),
             ("score", &p.score, |x| x.as_score().is_some()),
             ("reserve", &p.reserve, |x| x.as_reserve().is_some()),
@@ -229,7 +236,10 @@ impl Framework {
             let mut list = Vec::new();
             for (name, weight, field) in resolved {
                 let Some(plugin) = plugins.get(&name) else {
-                    return Err(invalid(format!("{field}.name"), format!("{name:?}: plugin not registered")));
+                    return Err(invalid(
+                        format!("{field}.name"),
+                        format!("{name:?}: plugin not registered"),
+                    ));
                 };
                 if !check(plugin.as_ref()) {
                     return Err(invalid(
@@ -276,7 +286,10 @@ impl Framework {
         if fw.queue_sort.len() != 1 {
             return Err(invalid(
                 format!("profiles[{profile_index}].plugins.queueSort"),
-                format!("{} plugins enabled: exactly one queue sort plugin is required", fw.queue_sort.len()),
+                format!(
+                    "{} plugins enabled: exactly one queue sort plugin is required",
+                    fw.queue_sort.len()
+                ),
             ));
         }
         if fw.bind.is_empty() && !fw.extenders.iter().any(|e| e.is_binder()) {
@@ -729,7 +742,7 @@ impl Framework {
                 }
                 Some(b) if s.score == b.score => {
                     ties += 1;
-                    if self.next_random() % ties == 0 {
+                    if self.next_random().is_multiple_of(ties) {
                         best = Some(s);
                     }
                 }
@@ -861,6 +874,7 @@ impl Framework {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

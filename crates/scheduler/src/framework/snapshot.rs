@@ -60,7 +60,8 @@ impl Snapshot {
             self.with_affinity = self.with_affinity.saturating_add_signed(d);
         }
         if !pod.required_anti_affinity.is_empty() {
-            self.with_required_anti_affinity = self.with_required_anti_affinity.saturating_add_signed(d);
+            self.with_required_anti_affinity =
+                self.with_required_anti_affinity.saturating_add_signed(d);
         }
     }
 

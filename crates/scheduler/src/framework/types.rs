@@ -248,9 +248,7 @@ impl NodeRequirement {
                     "{field}.values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
                 ));
             }
-            NodeOp::Gt | NodeOp::Lt
-                if values.len() != 1 || values[0].parse::<i64>().is_err() =>
-            {
+            NodeOp::Gt | NodeOp::Lt if values.len() != 1 || values[0].parse::<i64>().is_err() => {
                 return Err(format!(
                     "{field}.values: Invalid value: must be specified single integer value when `operator` is 'Lt' or 'Gt'"
                 ));
@@ -467,9 +465,7 @@ impl PodInfo {
                     };
                     requests.add(&r);
                 }
-                Err(e) => errors.push(format!(
-                    "spec.containers[{i}].resources.requests: {e}"
-                )),
+                Err(e) => errors.push(format!("spec.containers[{i}].resources.requests: {e}")),
             }
             for p in c.ports.iter().flatten() {
                 if let Some(hp) = p.host_port.filter(|p| *p > 0) {
@@ -504,9 +500,7 @@ impl PodInfo {
                         init_max.max_with(&with_sidecars);
                     }
                 }
-                Err(e) => errors.push(format!(
-                    "spec.initContainers[{i}].resources.requests: {e}"
-                )),
+                Err(e) => errors.push(format!("spec.initContainers[{i}].resources.requests: {e}")),
             }
         }
         requests.add(&sidecars);
@@ -535,7 +529,12 @@ impl PodInfo {
                 if let Some(req) = &na.required_during_scheduling_ignored_during_execution {
                     let mut terms = Vec::new();
                     for (i, t) in req.node_selector_terms.iter().enumerate() {
-                        match NodeTerm::parse(t, &format!("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]")) {
+                        match NodeTerm::parse(
+                            t,
+                            &format!(
+                                "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
+                            ),
+                        ) {
                             Ok(t) => terms.push(t),
                             Err(e) => errors.push(e),
                         }
@@ -551,7 +550,12 @@ impl PodInfo {
                     .flatten()
                     .enumerate()
                 {
-                    match NodeTerm::parse(&p.preference, &format!("spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference")) {
+                    match NodeTerm::parse(
+                        &p.preference,
+                        &format!(
+                            "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference"
+                        ),
+                    ) {
                         Ok(t) => preferred_node_terms.push((i64::from(p.weight), t)),
                         Err(e) => errors.push(e),
                     }
@@ -561,12 +565,18 @@ impl PodInfo {
             let paa = aff.pod_anti_affinity.as_ref();
             for (list, out, field) in [
                 (
-                    pa.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+                    pa.and_then(|a| {
+                        a.required_during_scheduling_ignored_during_execution
+                            .as_ref()
+                    }),
                     &mut required_affinity,
                     "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
                 ),
                 (
-                    paa.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+                    paa.and_then(|a| {
+                        a.required_during_scheduling_ignored_during_execution
+                            .as_ref()
+                    }),
                     &mut required_anti_affinity,
                     "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
                 ),
@@ -580,12 +590,18 @@ impl PodInfo {
             }
             for (list, out, field) in [
                 (
-                    pa.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref()),
+                    pa.and_then(|a| {
+                        a.preferred_during_scheduling_ignored_during_execution
+                            .as_ref()
+                    }),
                     &mut preferred_affinity,
                     "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution",
                 ),
                 (
-                    paa.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref()),
+                    paa.and_then(|a| {
+                        a.preferred_during_scheduling_ignored_during_execution
+                            .as_ref()
+                    }),
                     &mut preferred_anti_affinity,
                     "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution",
                 ),

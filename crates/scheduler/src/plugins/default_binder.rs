@@ -44,7 +44,12 @@ pub async fn bind_pod(client: &kube::Client, pod: &PodInfo, node: &str) -> Resul
 }
 
 impl BindPlugin for DefaultBinder {
-    fn bind(&self, _: Arc<CycleState>, pod: Arc<PodInfo>, node: String) -> BoxFuture<'static, Status> {
+    fn bind(
+        &self,
+        _: Arc<CycleState>,
+        pod: Arc<PodInfo>,
+        node: String,
+    ) -> BoxFuture<'static, Status> {
         let client = self.client.clone();
         Box::pin(async move {
             let Some(client) = client else {

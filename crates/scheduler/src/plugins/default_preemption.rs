@@ -12,8 +12,8 @@ use serde::Deserialize;
 
 use super::helper::{decode_args, plugin};
 use crate::framework::{
-    Code, CycleState, Handle, NodeInfo, NodeToStatus, PodInfo, PostFilterContext,
-    PostFilterPlugin, PostFilterResult, Status, runtime::histogram_message,
+    Code, CycleState, Handle, NodeInfo, NodeToStatus, PodInfo, PostFilterContext, PostFilterPlugin,
+    PostFilterResult, Status, runtime::histogram_message,
 };
 
 /// `DefaultPreemptionArgs`.
@@ -45,15 +45,23 @@ impl DefaultPreemption {
         let pct = a.min_candidate_nodes_percentage.unwrap_or(10);
         let abs = a.min_candidate_nodes_absolute.unwrap_or(100);
         if !(0..=100).contains(&pct) {
-            return Err(format!("minCandidateNodesPercentage: Invalid value: {pct}: not in valid range [0, 100]"));
+            return Err(format!(
+                "minCandidateNodesPercentage: Invalid value: {pct}: not in valid range [0, 100]"
+            ));
         }
         if abs < 0 {
-            return Err(format!("minCandidateNodesAbsolute: Invalid value: {abs}: not in valid range [0, inf)"));
+            return Err(format!(
+                "minCandidateNodesAbsolute: Invalid value: {abs}: not in valid range [0, inf)"
+            ));
         }
         if pct == 0 && abs == 0 {
             return Err("minCandidateNodesPercentage, minCandidateNodesAbsolute: Invalid value: both cannot be zero".into());
         }
-        Ok(DefaultPreemption { handle: handle.clone(), pct: pct as usize, abs: abs as usize })
+        Ok(DefaultPreemption {
+            handle: handle.clone(),
+            pct: pct as usize,
+            abs: abs as usize,
+        })
     }
 }
 
@@ -70,12 +78,19 @@ pub struct Candidate {
 
 /// More important first: higher priority, then earlier start.
 fn more_important(a: &PodInfo, b: &PodInfo) -> std::cmp::Ordering {
-    b.priority.cmp(&a.priority).then(a.start_time.cmp(&b.start_time))
+    b.priority
+        .cmp(&a.priority)
+        .then(a.start_time.cmp(&b.start_time))
 }
 
 impl DefaultPreemption {
     fn violates_pdb(&self, victims: &[Arc<PodInfo>]) -> Vec<bool> {
-        let pdbs = self.handle.pdbs.read().map(|p| p.clone()).unwrap_or_default();
+        let pdbs = self
+            .handle
+            .pdbs
+            .read()
+            .map(|p| p.clone())
+            .unwrap_or_default();
         let mut allowed: Vec<i32> = pdbs.iter().map(|p| p.disruptions_allowed).collect();
         victims
             .iter()
@@ -120,22 +135,26 @@ impl DefaultPreemption {
             info.remove_pod(&v.uid);
             fw.run_pre_filter_remove_pod(&mut st, pod, v, &info);
         }
-        if !fw.run_filter_with_nominated(&st, pod, &info, ctx.nominated).is_success() {
+        if !fw
+            .run_filter_with_nominated(&st, pod, &info, ctx.nominated)
+            .is_success()
+        {
             return None;
         }
         potential.sort_by(|a, b| more_important(a, b));
         let violating = self.violates_pdb(&potential);
-        let (viol, non_viol): (Vec<_>, Vec<_>) = potential
-            .into_iter()
-            .zip(violating)
-            .partition(|(_, v)| *v);
+        let (viol, non_viol): (Vec<_>, Vec<_>) =
+            potential.into_iter().zip(violating).partition(|(_, v)| *v);
         let mut victims = Vec::new();
         let mut pdb_violations = 0;
         for (group, is_violating) in [(viol, true), (non_viol, false)] {
             for (p, _) in group {
                 info.add_pod(p.clone());
                 fw.run_pre_filter_add_pod(&mut st, pod, &p, &info);
-                if fw.run_filter_with_nominated(&st, pod, &info, ctx.nominated).is_success() {
+                if fw
+                    .run_filter_with_nominated(&st, pod, &info, ctx.nominated)
+                    .is_success()
+                {
                     continue; // reprieved
                 }
                 info.remove_pod(&p.uid);
@@ -150,7 +169,11 @@ impl DefaultPreemption {
             return None;
         }
         victims.sort_by(|a, b| more_important(a, b));
-        Some(Candidate { node: node.name.clone(), victims, pdb_violations })
+        Some(Candidate {
+            node: node.name.clone(),
+            victims,
+            pdb_violations,
+        })
     }
 }
 
@@ -158,11 +181,21 @@ impl DefaultPreemption {
 pub fn pick_one(candidates: &[Candidate]) -> Option<&Candidate> {
     candidates.iter().min_by(|a, b| {
         let hi = |c: &Candidate| c.victims.first().map_or(i32::MIN, |v| v.priority);
-        let sum = |c: &Candidate| c.victims.iter().map(|v| i64::from(v.priority) + i64::from(i32::MAX) + 1).sum::<i64>();
+        let sum = |c: &Candidate| {
+            c.victims
+                .iter()
+                .map(|v| i64::from(v.priority) + i64::from(i32::MAX) + 1)
+                .sum::<i64>()
+        };
         // latest start among the highest-priority victims: earlier is worse
         let earliest_top = |c: &Candidate| {
             let top = hi(c);
-            c.victims.iter().filter(|v| v.priority == top).map(|v| v.start_time).min().unwrap_or(0)
+            c.victims
+                .iter()
+                .filter(|v| v.priority == top)
+                .map(|v| v.start_time)
+                .min()
+                .unwrap_or(0)
         };
         a.pdb_violations
             .cmp(&b.pdb_violations)
@@ -182,7 +215,10 @@ impl PostFilterPlugin for DefaultPreemption {
         statuses: &NodeToStatus,
     ) -> (Option<PostFilterResult>, Status) {
         if !pod.may_preempt {
-            return (None, Status::unschedulable("preemption: not eligible due to preemptionPolicy=Never."));
+            return (
+                None,
+                Status::unschedulable("preemption: not eligible due to preemptionPolicy=Never."),
+            );
         }
         let nodes = ctx.snapshot.nodes();
         let n = nodes.len();
@@ -191,17 +227,29 @@ impl PostFilterPlugin for DefaultPreemption {
             .iter()
             .filter(|node| match statuses.get(&node.name) {
                 Some(s) if s.code == Code::UnschedulableAndUnresolvable => {
-                    not_helpful.insert(node.name.clone(), Status::unresolvable("Preemption is not helpful for scheduling"));
+                    not_helpful.insert(
+                        node.name.clone(),
+                        Status::unresolvable("Preemption is not helpful for scheduling"),
+                    );
                     false
                 }
                 _ => node.node.is_some(),
             })
             .collect();
         if potential.is_empty() {
-            return (None, Status::unschedulable(format!("preemption: {}", histogram_message(n, &not_helpful))));
+            return (
+                None,
+                Status::unschedulable(format!(
+                    "preemption: {}",
+                    histogram_message(n, &not_helpful)
+                )),
+            );
         }
-        let want = (potential.len() * self.pct / 100).max(self.abs).min(potential.len());
-        let offset = (pod.start_time.unsigned_abs() as usize).wrapping_add(pod.uid.len()) % potential.len();
+        let want = (potential.len() * self.pct / 100)
+            .max(self.abs)
+            .min(potential.len());
+        let offset =
+            (pod.start_time.unsigned_abs() as usize).wrapping_add(pod.uid.len()) % potential.len();
         let mut candidates = Vec::new();
         let mut statuses_out = not_helpful;
         for i in 0..potential.len() {
@@ -209,7 +257,10 @@ impl PostFilterPlugin for DefaultPreemption {
             match self.select_victims(ctx, state, pod, node) {
                 Some(c) => candidates.push(c),
                 None => {
-                    statuses_out.insert(node.name.clone(), Status::unschedulable("No preemption victims found for incoming pod"));
+                    statuses_out.insert(
+                        node.name.clone(),
+                        Status::unschedulable("No preemption victims found for incoming pod"),
+                    );
                 }
             }
             if candidates.len() >= want {
@@ -217,10 +268,17 @@ impl PostFilterPlugin for DefaultPreemption {
             }
         }
         let Some(best) = pick_one(&candidates).cloned() else {
-            return (None, Status::unschedulable(format!("preemption: {}", histogram_message(n, &statuses_out))));
+            return (
+                None,
+                Status::unschedulable(format!(
+                    "preemption: {}",
+                    histogram_message(n, &statuses_out)
+                )),
+            );
         };
         // Delete the victims gracefully; the pod is retried when they are gone.
-        if let (Some(client), Some(rt)) = (self.handle.client.clone(), self.handle.runtime.clone()) {
+        if let (Some(client), Some(rt)) = (self.handle.client.clone(), self.handle.runtime.clone())
+        {
             for v in best.victims.iter().cloned() {
                 let client = client.clone();
                 let preemptor = pod.key();
@@ -239,7 +297,9 @@ impl PostFilterPlugin for DefaultPreemption {
             }
         }
         (
-            Some(PostFilterResult { nominated_node_name: Some(best.node.clone()) }),
+            Some(PostFilterResult {
+                nominated_node_name: Some(best.node.clone()),
+            }),
             Status::success(),
         )
     }

@@ -14,7 +14,12 @@ const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
 
 /// The ImageLocality plugin.
 pub struct ImageLocality;
-plugin!(ImageLocality, "ImageLocality", [pre_score, score], events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate]);
+plugin!(
+    ImageLocality,
+    "ImageLocality",
+    [pre_score, score],
+    events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate]
+);
 
 impl ScorePlugin for ImageLocality {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (i64, Status) {
@@ -28,13 +33,20 @@ impl ScorePlugin for ImageLocality {
         for img in &pod.images {
             if let Some(size) = node.images.get(img) {
                 let (have, total) = (spread.count(img), spread.total);
-                let factor = if total == 0 { 1.0 } else { have as f64 / total as f64 };
+                let factor = if total == 0 {
+                    1.0
+                } else {
+                    have as f64 / total as f64
+                };
                 sum += (*size as f64 * factor) as i64;
             }
         }
         let max = MAX_CONTAINER_THRESHOLD * pod.images.len() as i64;
         let sum = sum.clamp(MIN_THRESHOLD, max);
-        (MAX_NODE_SCORE * (sum - MIN_THRESHOLD) / (max - MIN_THRESHOLD), Status::success())
+        (
+            MAX_NODE_SCORE * (sum - MIN_THRESHOLD) / (max - MIN_THRESHOLD),
+            Status::success(),
+        )
     }
 }
 
@@ -49,12 +61,21 @@ pub struct ImageSpread {
 
 impl ImageSpread {
     fn count(&self, img: &str) -> usize {
-        self.counts.iter().find(|(i, _)| i == img).map_or(0, |(_, c)| *c)
+        self.counts
+            .iter()
+            .find(|(i, _)| i == img)
+            .map_or(0, |(_, c)| *c)
     }
 }
 
 impl PreScorePlugin for ImageLocality {
-    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[&NodeInfo], snapshot: &Snapshot) -> Status {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _: &[&NodeInfo],
+        snapshot: &Snapshot,
+    ) -> Status {
         if pod.images.is_empty() {
             return Status::skip();
         }
@@ -63,7 +84,13 @@ impl PreScorePlugin for ImageLocality {
             .iter()
             .map(|i| (i.clone(), snapshot.image_num_nodes(i)))
             .collect();
-        state.write(SPREAD_KEY, ImageSpread { counts, total: snapshot.nodes().len() });
+        state.write(
+            SPREAD_KEY,
+            ImageSpread {
+                counts,
+                total: snapshot.nodes().len(),
+            },
+        );
         Status::success()
     }
 }

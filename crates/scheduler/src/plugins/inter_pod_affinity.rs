@@ -20,7 +20,10 @@ const STATE_SCORE: &str = "PreScoreInterPodAffinity";
 type Counts = HashMap<String, HashMap<String, i64>>;
 
 fn bump(m: &mut Counts, key: &str, value: &str, d: i64) {
-    *m.entry(key.to_string()).or_default().entry(value.to_string()).or_default() += d;
+    *m.entry(key.to_string())
+        .or_default()
+        .entry(value.to_string())
+        .or_default() += d;
 }
 
 fn get(m: &Counts, key: &str, value: &str) -> i64 {
@@ -43,7 +46,17 @@ pub struct Args {
 pub struct InterPodAffinity {
     hard_weight: i64,
 }
-plugin!(InterPodAffinity, "InterPodAffinity", [pre_filter, filter, pre_score, score], events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate, ClusterEvent::PodDelete, ClusterEvent::PodAdd]);
+plugin!(
+    InterPodAffinity,
+    "InterPodAffinity",
+    [pre_filter, filter, pre_score, score],
+    events = vec![
+        ClusterEvent::NodeAdd,
+        ClusterEvent::NodeUpdate,
+        ClusterEvent::PodDelete,
+        ClusterEvent::PodAdd
+    ]
+);
 
 impl InterPodAffinity {
     /// Build from args.
@@ -51,7 +64,9 @@ impl InterPodAffinity {
         let a: Args = decode_args(args)?;
         let w = a.hard_pod_affinity_weight.unwrap_or(1);
         if !(0..=100).contains(&w) {
-            return Err(format!("hardPodAffinityWeight: Invalid value: {w}: not in valid range [0-100]"));
+            return Err(format!(
+                "hardPodAffinityWeight: Invalid value: {w}: not in valid range [0-100]"
+            ));
         }
         Ok(InterPodAffinity { hard_weight: w })
     }
@@ -96,7 +111,12 @@ fn matches_own_terms(pod: &PodInfo, terms: &[AffinityTerm]) -> bool {
 }
 
 impl PreFilterPlugin for InterPodAffinity {
-    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snapshot: &Snapshot) -> (Option<PreFilterResult>, Status) {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status) {
         let wants = !pod.required_affinity.is_empty() || !pod.required_anti_affinity.is_empty();
         if !wants && snapshot.pods_with_required_anti_affinity() == 0 {
             return (None, Status::skip());
@@ -125,13 +145,25 @@ impl PreFilterPlugin for InterPodAffinity {
 }
 
 impl PreFilterExtensions for InterPodAffinity {
-    fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, other: &PodInfo, node: &NodeInfo) -> Status {
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        other: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
         if let Some(st) = state.read_mut::<FilterState>(STATE_FILTER) {
             st.update(pod, other, node, 1);
         }
         Status::success()
     }
-    fn remove_pod(&self, state: &mut CycleState, pod: &PodInfo, other: &PodInfo, node: &NodeInfo) -> Status {
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        other: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
         if let Some(st) = state.read_mut::<FilterState>(STATE_FILTER) {
             st.update(pod, other, node, -1);
         }
@@ -148,7 +180,9 @@ impl FilterPlugin for InterPodAffinity {
         // Existing pods' anti-affinity toward this pod (symmetry).
         for (k, v) in labels {
             if get(&st.existing_anti, k, v) > 0 {
-                return Status::unschedulable("node(s) didn't satisfy existing pods anti-affinity rules");
+                return Status::unschedulable(
+                    "node(s) didn't satisfy existing pods anti-affinity rules",
+                );
             }
         }
         for t in &pod.required_anti_affinity {
@@ -177,7 +211,10 @@ impl FilterPlugin for InterPodAffinity {
                 // anywhere the topology keys exist.
                 let no_matches = st.affinity.values().all(|m| m.values().all(|c| *c <= 0));
                 if !(no_matches && matches_own_terms(pod, &pod.required_affinity)) {
-                    return Status::new(Code::UnschedulableAndUnresolvable, "node(s) didn't match pod affinity rules");
+                    return Status::new(
+                        Code::UnschedulableAndUnresolvable,
+                        "node(s) didn't match pod affinity rules",
+                    );
                 }
             }
         }
@@ -221,8 +258,15 @@ impl InterPodAffinity {
 }
 
 impl PreScorePlugin for InterPodAffinity {
-    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[&NodeInfo], snapshot: &Snapshot) -> Status {
-        let has_preferred = !pod.preferred_affinity.is_empty() || !pod.preferred_anti_affinity.is_empty();
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _: &[&NodeInfo],
+        snapshot: &Snapshot,
+    ) -> Status {
+        let has_preferred =
+            !pod.preferred_affinity.is_empty() || !pod.preferred_anti_affinity.is_empty();
         if !has_preferred && snapshot.pods_with_affinity() == 0 {
             return Status::skip();
         }
@@ -250,7 +294,11 @@ impl ScorePlugin for InterPodAffinity {
         let Some(st) = state.read::<ScoreState>(STATE_SCORE) else {
             return (0, Status::success());
         };
-        let s = node.labels().iter().map(|(k, v)| get(&st.topology_score, k, v)).sum();
+        let s = node
+            .labels()
+            .iter()
+            .map(|(k, v)| get(&st.topology_score, k, v))
+            .sum();
         (s, Status::success())
     }
 

@@ -25,15 +25,21 @@ fn ok<P: Plugin>(p: P) -> Result<Arc<dyn Plugin>, String> {
 fn no_args(name: &str, args: Option<&serde_json::Value>) -> Result<(), String> {
     match args {
         None | Some(serde_json::Value::Null) => Ok(()),
-        Some(serde_json::Value::Object(m)) if m.keys().all(|k| k == "apiVersion" || k == "kind") => Ok(()),
+        Some(serde_json::Value::Object(m))
+            if m.keys().all(|k| k == "apiVersion" || k == "kind") =>
+        {
+            Ok(())
+        }
         Some(_) => Err(format!("{name} takes no args")),
     }
 }
 
+type Factory =
+    fn(Option<&serde_json::Value>, &crate::framework::Handle) -> Result<Arc<dyn Plugin>, String>;
+
 pub(crate) fn register_in_tree(r: &mut Registry) {
     // Names are unique here; a duplicate would be a bug caught by the tests.
-    let mut reg = |name: &'static str,
-                   f: fn(Option<&serde_json::Value>, &crate::framework::Handle) -> Result<Arc<dyn Plugin>, String>| {
+    let mut reg = |name: &'static str, f: Factory| {
         let _ = r.register(name, f);
     };
     reg("PrioritySort", |a, _| {
@@ -62,16 +68,27 @@ pub(crate) fn register_in_tree(r: &mut Registry) {
     });
     reg("NodeAffinity", |_, _| ok(node_affinity::NodeAffinity));
     reg("NodeResourcesFit", |a, h| {
-        ok(node_resources::NodeResourcesFit::new(a, h.extender_ignored_resources.clone())?)
+        ok(node_resources::NodeResourcesFit::new(
+            a,
+            h.extender_ignored_resources.clone(),
+        )?)
     });
-    reg("NodeResourcesBalancedAllocation", |a, _| ok(node_resources::BalancedAllocation::new(a)?));
+    reg("NodeResourcesBalancedAllocation", |a, _| {
+        ok(node_resources::BalancedAllocation::new(a)?)
+    });
     reg("ImageLocality", |a, _| {
         no_args("ImageLocality", a)?;
         ok(image_locality::ImageLocality)
     });
-    reg("PodTopologySpread", |_, _| ok(pod_topology_spread::PodTopologySpread));
-    reg("InterPodAffinity", |a, _| ok(inter_pod_affinity::InterPodAffinity::new(a)?));
-    reg("DefaultPreemption", |a, h| ok(default_preemption::DefaultPreemption::new(a, h)?));
+    reg("PodTopologySpread", |_, _| {
+        ok(pod_topology_spread::PodTopologySpread)
+    });
+    reg("InterPodAffinity", |a, _| {
+        ok(inter_pod_affinity::InterPodAffinity::new(a)?)
+    });
+    reg("DefaultPreemption", |a, h| {
+        ok(default_preemption::DefaultPreemption::new(a, h)?)
+    });
     reg("DefaultBinder", |a, h| {
         no_args("DefaultBinder", a)?;
         ok(default_binder::DefaultBinder::new(h.client.clone()))

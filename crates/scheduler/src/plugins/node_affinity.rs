@@ -10,7 +10,12 @@ use crate::framework::{
 
 /// The NodeAffinity plugin.
 pub struct NodeAffinity;
-plugin!(NodeAffinity, "NodeAffinity", [pre_filter, filter, score], events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate]);
+plugin!(
+    NodeAffinity,
+    "NodeAffinity",
+    [pre_filter, filter, score],
+    events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate]
+);
 
 /// Whether the node satisfies the pod's nodeSelector and required affinity.
 pub fn matches_required(pod: &PodInfo, node: &NodeInfo) -> bool {

@@ -94,18 +94,36 @@ pub struct NodeResourcesFit {
     resources: Vec<ResourceSpec>,
     shape: Vec<(i64, i64)>,
 }
-plugin!(NodeResourcesFit, "NodeResourcesFit", [filter, score], events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate, ClusterEvent::PodDelete]);
+plugin!(
+    NodeResourcesFit,
+    "NodeResourcesFit",
+    [filter, score],
+    events = vec![
+        ClusterEvent::NodeAdd,
+        ClusterEvent::NodeUpdate,
+        ClusterEvent::PodDelete
+    ]
+);
 
 fn default_resources() -> Vec<ResourceSpec> {
     vec![
-        ResourceSpec { name: "cpu".into(), weight: 1 },
-        ResourceSpec { name: "memory".into(), weight: 1 },
+        ResourceSpec {
+            name: "cpu".into(),
+            weight: 1,
+        },
+        ResourceSpec {
+            name: "memory".into(),
+            weight: 1,
+        },
     ]
 }
 
 impl NodeResourcesFit {
     /// Build from args; `extra_ignored` are resources extenders manage.
-    pub fn new(args: Option<&serde_json::Value>, extra_ignored: Vec<String>) -> Result<Self, String> {
+    pub fn new(
+        args: Option<&serde_json::Value>,
+        extra_ignored: Vec<String>,
+    ) -> Result<Self, String> {
         let a: FitArgs = decode_args(args)?;
         let s = a.scoring_strategy.unwrap_or_default();
         let strategy = match s.type_.as_deref().unwrap_or("LeastAllocated") {
@@ -118,7 +136,11 @@ impl NodeResourcesFit {
                 ));
             }
         };
-        let resources = if s.resources.is_empty() { default_resources() } else { s.resources };
+        let resources = if s.resources.is_empty() {
+            default_resources()
+        } else {
+            s.resources
+        };
         for (i, r) in resources.iter().enumerate() {
             if !(1..=100).contains(&r.weight) {
                 return Err(format!(
@@ -129,19 +151,31 @@ impl NodeResourcesFit {
         }
         let mut shape = Vec::new();
         if strategy == Strategy::Ratio {
-            let pts = s.requested_to_capacity_ratio.map(|r| r.shape).unwrap_or_default();
+            let pts = s
+                .requested_to_capacity_ratio
+                .map(|r| r.shape)
+                .unwrap_or_default();
             if pts.is_empty() {
                 return Err("scoringStrategy.requestedToCapacityRatio.shape: Required value: at least one point must be specified".into());
             }
             for (i, p) in pts.iter().enumerate() {
                 if !(0..=100).contains(&p.utilization) {
-                    return Err(format!("scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization: Invalid value: {}: not in valid range [0, 100]", p.utilization));
+                    return Err(format!(
+                        "scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization: Invalid value: {}: not in valid range [0, 100]",
+                        p.utilization
+                    ));
                 }
                 if !(0..=10).contains(&p.score) {
-                    return Err(format!("scoringStrategy.requestedToCapacityRatio.shape[{i}].score: Invalid value: {}: not in valid range [0, 10]", p.score));
+                    return Err(format!(
+                        "scoringStrategy.requestedToCapacityRatio.shape[{i}].score: Invalid value: {}: not in valid range [0, 10]",
+                        p.score
+                    ));
                 }
                 if i > 0 && p.utilization <= pts[i - 1].utilization {
-                    return Err(format!("scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization: Invalid value: {}: utilization values must be sorted in increasing order", p.utilization));
+                    return Err(format!(
+                        "scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization: Invalid value: {}: utilization values must be sorted in increasing order",
+                        p.utilization
+                    ));
                 }
                 // scores are 0–10 in the config, 0–100 internally
                 shape.push((p.utilization, p.score * (MAX_NODE_SCORE / 10)));
@@ -196,7 +230,11 @@ pub fn insufficient(pod: &PodInfo, node: &NodeInfo, ignored: &dyn Fn(&str) -> bo
         out.push("Too many pods".to_string());
     }
     let req = &pod.requests;
-    if req.milli_cpu == 0 && req.memory == 0 && req.ephemeral_storage == 0 && req.scalar.iter().all(|(_, v)| *v == 0) {
+    if req.milli_cpu == 0
+        && req.memory == 0
+        && req.ephemeral_storage == 0
+        && req.scalar.iter().all(|(_, v)| *v == 0)
+    {
         return out;
     }
     if req.milli_cpu > 0 && alloc.milli_cpu < req.milli_cpu + used.milli_cpu {
@@ -205,7 +243,9 @@ pub fn insufficient(pod: &PodInfo, node: &NodeInfo, ignored: &dyn Fn(&str) -> bo
     if req.memory > 0 && alloc.memory < req.memory + used.memory {
         out.push("Insufficient memory".into());
     }
-    if req.ephemeral_storage > 0 && alloc.ephemeral_storage < req.ephemeral_storage + used.ephemeral_storage {
+    if req.ephemeral_storage > 0
+        && alloc.ephemeral_storage < req.ephemeral_storage + used.ephemeral_storage
+    {
         out.push("Insufficient ephemeral-storage".into());
     }
     for (name, v) in &req.scalar {
@@ -236,7 +276,12 @@ impl FilterPlugin for NodeResourcesFit {
 
 /// (requested including this pod, allocatable) for one resource, counting
 /// CPU/memory with the non-zero defaults as kube-scheduler's scorers do.
-fn requested_and_allocatable(pod: &PodInfo, node: &NodeInfo, name: &str, non_zero: bool) -> (i64, i64) {
+fn requested_and_allocatable(
+    pod: &PodInfo,
+    node: &NodeInfo,
+    name: &str,
+    non_zero: bool,
+) -> (i64, i64) {
     let (a, r) = (&node.allocatable, &node.requested);
     match name {
         "cpu" if non_zero => (node.non_zero_cpu + pod.non_zero_cpu, a.milli_cpu),
@@ -261,7 +306,11 @@ impl ScorePlugin for NodeResourcesFit {
             }
             let s = match self.strategy {
                 Strategy::Least => {
-                    if req > alloc { 0 } else { (alloc - req) * MAX_NODE_SCORE / alloc }
+                    if req > alloc {
+                        0
+                    } else {
+                        (alloc - req) * MAX_NODE_SCORE / alloc
+                    }
                 }
                 Strategy::Most => req.min(alloc) * MAX_NODE_SCORE / alloc,
                 Strategy::Ratio => self.ratio(req, alloc),
@@ -269,7 +318,10 @@ impl ScorePlugin for NodeResourcesFit {
             total += s * r.weight;
             weights += r.weight;
         }
-        (if weights == 0 { 0 } else { total / weights }, Status::success())
+        (
+            if weights == 0 { 0 } else { total / weights },
+            Status::success(),
+        )
     }
 }
 
@@ -290,20 +342,35 @@ pub struct BalancedArgs {
 pub struct BalancedAllocation {
     resources: Vec<ResourceSpec>,
 }
-plugin!(BalancedAllocation, "NodeResourcesBalancedAllocation", [pre_score, score], events = vec![ClusterEvent::NodeAdd, ClusterEvent::PodDelete]);
+plugin!(
+    BalancedAllocation,
+    "NodeResourcesBalancedAllocation",
+    [pre_score, score],
+    events = vec![ClusterEvent::NodeAdd, ClusterEvent::PodDelete]
+);
 
 impl BalancedAllocation {
     /// Build from args.
     pub fn new(args: Option<&serde_json::Value>) -> Result<Self, String> {
         let a: BalancedArgs = decode_args(args)?;
         Ok(BalancedAllocation {
-            resources: if a.resources.is_empty() { default_resources() } else { a.resources },
+            resources: if a.resources.is_empty() {
+                default_resources()
+            } else {
+                a.resources
+            },
         })
     }
 }
 
 impl PreScorePlugin for BalancedAllocation {
-    fn pre_score(&self, _: &mut CycleState, pod: &PodInfo, _: &[&NodeInfo], _: &Snapshot) -> Status {
+    fn pre_score(
+        &self,
+        _: &mut CycleState,
+        pod: &PodInfo,
+        _: &[&NodeInfo],
+        _: &Snapshot,
+    ) -> Status {
         // Best-effort pods (no requests at all) are not scored.
         let r = &pod.requests;
         if r.milli_cpu == 0 && r.memory == 0 && r.scalar.iter().all(|(_, v)| *v == 0) {
@@ -338,6 +405,9 @@ impl ScorePlugin for BalancedAllocation {
                 (f.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64).sqrt()
             }
         };
-        (((1.0 - std) * MAX_NODE_SCORE as f64) as i64, Status::success())
+        (
+            ((1.0 - std) * MAX_NODE_SCORE as f64) as i64,
+            Status::success(),
+        )
     }
 }

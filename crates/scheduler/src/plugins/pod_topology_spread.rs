@@ -68,7 +68,10 @@ fn controller_uid(pod: &PodInfo) -> Option<&str> {
 
 fn parse(c: &TopologySpreadConstraint, pod: &PodInfo) -> Result<Constraint, String> {
     if c.max_skew <= 0 {
-        return Err(format!("topologySpreadConstraints.maxSkew: Invalid value: {}: must be greater than zero", c.max_skew));
+        return Err(format!(
+            "topologySpreadConstraints.maxSkew: Invalid value: {}: must be greater than zero",
+            c.max_skew
+        ));
     }
     let mut sel = match &c.label_selector {
         Some(s) => serde_json::to_value(s).map_err(|e| e.to_string())?,
@@ -91,7 +94,8 @@ fn parse(c: &TopologySpreadConstraint, pod: &PodInfo) -> Result<Constraint, Stri
     let selector = if sel.is_null() {
         Selector::nothing()
     } else {
-        Selector::from_label_selector(&sel).map_err(|e| format!("topologySpreadConstraints.labelSelector: {e}"))?
+        Selector::from_label_selector(&sel)
+            .map_err(|e| format!("topologySpreadConstraints.labelSelector: {e}"))?
     };
     Ok(Constraint {
         max_skew: i64::from(c.max_skew),
@@ -104,7 +108,11 @@ fn parse(c: &TopologySpreadConstraint, pod: &PodInfo) -> Result<Constraint, Stri
 }
 
 fn constraints(pod: &PodInfo, hard: bool) -> Result<Vec<Constraint>, String> {
-    let want = if hard { "DoNotSchedule" } else { "ScheduleAnyway" };
+    let want = if hard {
+        "DoNotSchedule"
+    } else {
+        "ScheduleAnyway"
+    };
     pod.pod
         .spec
         .as_ref()
@@ -185,7 +193,17 @@ impl FilterState {
 
 /// The PodTopologySpread plugin.
 pub struct PodTopologySpread;
-plugin!(PodTopologySpread, "PodTopologySpread", [pre_filter, filter, pre_score, score], events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate, ClusterEvent::PodDelete, ClusterEvent::PodAdd]);
+plugin!(
+    PodTopologySpread,
+    "PodTopologySpread",
+    [pre_filter, filter, pre_score, score],
+    events = vec![
+        ClusterEvent::NodeAdd,
+        ClusterEvent::NodeUpdate,
+        ClusterEvent::PodDelete,
+        ClusterEvent::PodAdd
+    ]
+);
 
 impl PreFilterPlugin for PodTopologySpread {
     fn pre_filter(
@@ -211,8 +229,14 @@ impl PreFilterPlugin for PodTopologySpread {
                 continue;
             }
             for (i, c) in st.constraints.iter().enumerate() {
-                let Some(v) = node.labels().get(&c.key) else { continue };
-                let n = node.pods.iter().filter(|p| c.matches(&pod.namespace, p)).count() as i64;
+                let Some(v) = node.labels().get(&c.key) else {
+                    continue;
+                };
+                let n = node
+                    .pods
+                    .iter()
+                    .filter(|p| c.matches(&pod.namespace, p))
+                    .count() as i64;
                 *st.counts[i].entry(v.clone()).or_default() += n;
             }
         }
@@ -229,13 +253,25 @@ impl PreFilterPlugin for PodTopologySpread {
 }
 
 impl PreFilterExtensions for PodTopologySpread {
-    fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, other: &PodInfo, node: &NodeInfo) -> Status {
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        other: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
         if let Some(st) = state.read_mut::<FilterState>(STATE_FILTER) {
             st.update(pod, other, node, 1);
         }
         Status::success()
     }
-    fn remove_pod(&self, state: &mut CycleState, pod: &PodInfo, other: &PodInfo, node: &NodeInfo) -> Status {
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        other: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
         if let Some(st) = state.read_mut::<FilterState>(STATE_FILTER) {
             st.update(pod, other, node, -1);
         }
@@ -257,7 +293,9 @@ impl FilterPlugin for PodTopologySpread {
             let self_match = i64::from(c.matches(&pod.namespace, pod));
             let count = st.counts[i].get(v).copied().unwrap_or(0);
             if count + self_match - st.min[i] > c.max_skew {
-                return Status::unschedulable("node(s) didn't match pod topology spread constraints");
+                return Status::unschedulable(
+                    "node(s) didn't match pod topology spread constraints",
+                );
             }
         }
         Status::success()
@@ -272,7 +310,13 @@ struct ScoreState {
 }
 
 impl PreScorePlugin for PodTopologySpread {
-    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[&NodeInfo], snapshot: &Snapshot) -> Status {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        snapshot: &Snapshot,
+    ) -> Status {
         let cs = if has_any_constraints(pod) {
             match constraints(pod, false) {
                 Ok(c) => c,
@@ -315,15 +359,28 @@ impl PreScorePlugin for PodTopologySpread {
                     continue; // counted per node at Score
                 }
                 let labels = node.labels();
-                let Some(v) = labels.get(&c.key) else { continue };
+                let Some(v) = labels.get(&c.key) else {
+                    continue;
+                };
                 if c.honor_affinity && !matches_required(pod, node) {
                     continue;
                 }
-                let n = node.pods.iter().filter(|p| c.matches(&pod.namespace, p)).count() as i64;
+                let n = node
+                    .pods
+                    .iter()
+                    .filter(|p| c.matches(&pod.namespace, p))
+                    .count() as i64;
                 *counts[i].entry(v.clone()).or_default() += n;
             }
         }
-        state.write(STATE_SCORE, ScoreState { constraints: cs, counts, weights });
+        state.write(
+            STATE_SCORE,
+            ScoreState {
+                constraints: cs,
+                counts,
+                weights,
+            },
+        );
         Status::success()
     }
 }
@@ -344,9 +401,14 @@ impl ScorePlugin for PodTopologySpread {
         }
         let mut score = 0f64;
         for (i, c) in st.constraints.iter().enumerate() {
-            let Some(v) = labels.get(&c.key) else { continue };
+            let Some(v) = labels.get(&c.key) else {
+                continue;
+            };
             let cnt = if c.key == HOSTNAME {
-                node.pods.iter().filter(|p| c.matches(&pod.namespace, p)).count() as i64
+                node.pods
+                    .iter()
+                    .filter(|p| c.matches(&pod.namespace, p))
+                    .count() as i64
             } else {
                 st.counts[i].get(v).copied().unwrap_or(0)
             };

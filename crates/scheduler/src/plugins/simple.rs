@@ -1,11 +1,11 @@
 //! The small default plugins: PrioritySort (queue order), SchedulingGates
 //! (PreEnqueue), NodeUnschedulable, NodeName and NodePorts (Filters).
 
+use super::helper::plugin;
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, NodeInfo, PodInfo, PreEnqueuePlugin, QueueSortPlugin,
     QueuedPodInfo, Status, types::tolerates,
 };
-use super::helper::plugin;
 use k8s_openapi::api::core::v1::Taint;
 
 /// Higher priority first, then first come first served.
@@ -21,7 +21,12 @@ impl QueueSortPlugin for PrioritySort {
 
 /// Keeps pods with `spec.schedulingGates` out of the active queue.
 pub struct SchedulingGates;
-plugin!(SchedulingGates, "SchedulingGates", [pre_enqueue], events = vec![]);
+plugin!(
+    SchedulingGates,
+    "SchedulingGates",
+    [pre_enqueue],
+    events = vec![]
+);
 
 impl PreEnqueuePlugin for SchedulingGates {
     fn pre_enqueue(&self, pod: &PodInfo) -> Status {
@@ -48,7 +53,12 @@ impl PreEnqueuePlugin for SchedulingGates {
 /// Rejects nodes with `spec.unschedulable` unless the pod tolerates the
 /// `node.kubernetes.io/unschedulable` taint.
 pub struct NodeUnschedulable;
-plugin!(NodeUnschedulable, "NodeUnschedulable", [filter], events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate]);
+plugin!(
+    NodeUnschedulable,
+    "NodeUnschedulable",
+    [filter],
+    events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate]
+);
 
 impl FilterPlugin for NodeUnschedulable {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
@@ -70,7 +80,12 @@ impl FilterPlugin for NodeUnschedulable {
 
 /// Rejects every node but `spec.nodeName` when it is set.
 pub struct NodeName;
-plugin!(NodeName, "NodeName", [filter], events = vec![ClusterEvent::NodeAdd]);
+plugin!(
+    NodeName,
+    "NodeName",
+    [filter],
+    events = vec![ClusterEvent::NodeAdd]
+);
 
 impl FilterPlugin for NodeName {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
@@ -85,7 +100,12 @@ impl FilterPlugin for NodeName {
 
 /// Rejects nodes where a host port the pod wants is taken.
 pub struct NodePorts;
-plugin!(NodePorts, "NodePorts", [filter], events = vec![ClusterEvent::NodeAdd, ClusterEvent::PodDelete]);
+plugin!(
+    NodePorts,
+    "NodePorts",
+    [filter],
+    events = vec![ClusterEvent::NodeAdd, ClusterEvent::PodDelete]
+);
 
 impl FilterPlugin for NodePorts {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {

@@ -9,7 +9,12 @@ use crate::framework::{
 
 /// The TaintToleration plugin.
 pub struct TaintToleration;
-plugin!(TaintToleration, "TaintToleration", [filter, score], events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate]);
+plugin!(
+    TaintToleration,
+    "TaintToleration",
+    [filter, score],
+    events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate]
+);
 
 impl FilterPlugin for TaintToleration {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
@@ -37,8 +42,10 @@ impl ScorePlugin for TaintToleration {
             .filter(|taint| taint.effect == "PreferNoSchedule")
             .filter(|taint| {
                 !pod.tolerations.iter().any(|t| {
-                    matches!(t.effect.as_deref(), None | Some("") | Some("PreferNoSchedule"))
-                        && tolerates(t, taint)
+                    matches!(
+                        t.effect.as_deref(),
+                        None | Some("") | Some("PreferNoSchedule")
+                    ) && tolerates(t, taint)
                 })
             })
             .count();

@@ -1,6 +1,7 @@
 //! Shared helpers: the embedded API server in-process, nodes created as
 //! objects (no kubelets yet), pods, and waiting for a pod's fate.
 
+#![allow(clippy::unwrap_used)]
 #![allow(dead_code)]
 
 use std::time::{Duration, Instant};
@@ -27,7 +28,10 @@ pub async fn node(client: &kube::Client, name: &str, cpu: &str, mem: &str, extra
     merge(&mut n, &extra);
     let node: Node = serde_json::from_value(n).expect("node json");
     let api: Api<Node> = Api::all(client.clone());
-    let created = api.create(&PostParams::default(), &node).await.expect("create node");
+    let created = api
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("create node");
     // status is a subresource: write it there too
     let mut with_status = created.clone();
     with_status.status = node.status.clone();
@@ -58,7 +62,9 @@ pub async fn pod(client: &kube::Client, name: &str, cpu: &str, mem: &str, extra:
     merge(&mut p, &extra);
     let pod: Pod = serde_json::from_value(p).expect("pod json");
     let api: Api<Pod> = Api::namespaced(client.clone(), "default");
-    api.create(&PostParams::default(), &pod).await.expect("create pod")
+    api.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod")
 }
 
 /// Wait until the pod is bound; returns the node.
@@ -71,7 +77,10 @@ pub async fn bound(client: &kube::Client, name: &str) -> String {
         {
             return n;
         }
-        assert!(start.elapsed() < Duration::from_secs(15), "pod {name} was not bound in 15 s");
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "pod {name} was not bound in 15 s"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -80,7 +89,10 @@ pub async fn bound(client: &kube::Client, name: &str) -> String {
 pub async fn node_after(client: &kube::Client, name: &str, d: Duration) -> Option<String> {
     tokio::time::sleep(d).await;
     let api: Api<Pod> = Api::namespaced(client.clone(), "default");
-    api.get(name).await.ok().and_then(|p| p.spec.and_then(|s| s.node_name))
+    api.get(name)
+        .await
+        .ok()
+        .and_then(|p| p.spec.and_then(|s| s.node_name))
 }
 
 /// Wait for the PodScheduled=False condition and return its message.
@@ -89,7 +101,10 @@ pub async fn unschedulable_message(client: &kube::Client, name: &str) -> String 
     let start = Instant::now();
     loop {
         if let Ok(p) = api.get(name).await {
-            assert!(p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none(), "pod {name} was bound");
+            assert!(
+                p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none(),
+                "pod {name} was bound"
+            );
             if let Some(c) = p
                 .status
                 .and_then(|s| s.conditions)
@@ -101,7 +116,10 @@ pub async fn unschedulable_message(client: &kube::Client, name: &str) -> String 
                 return c.message.unwrap_or_default();
             }
         }
-        assert!(start.elapsed() < Duration::from_secs(15), "pod {name} got no PodScheduled=False condition");
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "pod {name} got no PodScheduled=False condition"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
