@@ -13,7 +13,9 @@
 //! server in-process (no socket); with [`TestEnvBuilder::loopback`] the
 //! server listens on `127.0.0.1` and a kubeconfig file lets `kubectl` in.
 //! Each environment is independent, so many run in parallel in one test
-//! binary.
+//! binary. With [`TestEnvBuilder::controllers`],
+//! [`TestEnvBuilder::scheduler`] and [`TestEnvBuilder::nodes`] it is a whole
+//! cluster: Deployments roll out onto simulated nodes and pods run.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), kubeforge_testenv::Error> {
@@ -40,6 +42,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kubeforge_apiserver::ApiServer;
+use kubeforge_controllers::nodesim::{
+    self, Delays, NodeSimulator, NodeSpec, RunningSimulator, SimulatorOptions,
+};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tower::Layer;
@@ -102,6 +107,15 @@ pub enum Error {
         /// What failed.
         source: std::io::Error,
     },
+    /// The workload controllers did not start.
+    #[error("starting the workload controllers: {0}")]
+    Workloads(#[source] kubeforge_controllers::Error),
+    /// The scheduler did not start.
+    #[error("starting the scheduler: {0}")]
+    Scheduler(#[source] kubeforge_scheduler::BuildError),
+    /// The simulated nodes could not be registered.
+    #[error("starting the node simulator: {0}")]
+    Nodes(#[source] kubeforge_controllers::nodesim::Error),
     /// The loopback client could not be built.
     #[error("building the loopback client: {0}")]
     Client(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -116,6 +130,10 @@ pub struct TestEnvBuilder {
     builtin_controllers: bool,
     loopback: bool,
     faults: Faults,
+    workloads: bool,
+    scheduler: bool,
+    nodes: Option<Vec<NodeSpec>>,
+    node_delays: Delays,
 }
 
 impl Default for TestEnvBuilder {
@@ -126,6 +144,10 @@ impl Default for TestEnvBuilder {
             builtin_controllers: true,
             loopback: false,
             faults: Faults::new(),
+            workloads: false,
+            scheduler: false,
+            nodes: None,
+            node_delays: Delays::default(),
         }
     }
 }
@@ -168,6 +190,43 @@ impl TestEnvBuilder {
         self
     }
 
+    /// Run the workload controllers (Deployment, ReplicaSet, StatefulSet,
+    /// DaemonSet, Job, CronJob, EndpointSlices, node lifecycle), so an
+    /// operator's Deployments really roll out. Pods only run with
+    /// [`Self::scheduler`] and [`Self::nodes`] too.
+    pub fn controllers(mut self) -> Self {
+        self.workloads = true;
+        self
+    }
+
+    /// Run the scheduler (default profile), binding pending pods to nodes.
+    pub fn scheduler(mut self) -> Self {
+        self.scheduler = true;
+        self
+    }
+
+    /// Simulate `n` nodes `node-0` … `node-{n-1}` (32 CPUs, 256Gi, 110 pods
+    /// each, over zone-a/b/c) that run the pods bound to them; pods also
+    /// delete gracefully then. See [`kubeforge_controllers::nodesim`].
+    pub fn nodes(mut self, n: usize) -> Self {
+        self.nodes = nodesim::config::uniform(n).ok();
+        self
+    }
+
+    /// Simulate these nodes (e.g. from `nodesim::config::from_yaml`).
+    pub fn node_specs(mut self, nodes: Vec<NodeSpec>) -> Self {
+        self.nodes = Some(nodes);
+        self
+    }
+
+    /// The simulated kubelet's delays (default: pods start after 100 ms,
+    /// Job pods run 1 s, deletions wait for the grace period);
+    /// [`Delays::zero`] for the fastest tests.
+    pub fn node_delays(mut self, delays: Delays) -> Self {
+        self.node_delays = delays;
+        self
+    }
+
     /// Faults to inject once the environment has started (setup — CRDs,
     /// the built-in controllers' requests — is never faulted). Change them
     /// later with [`TestEnv::faults`].
@@ -191,8 +250,41 @@ impl TestEnvBuilder {
             server.set_controllers_running(true);
             kubeforge_controllers::start_builtin(server.client())
         });
+        let workloads = if self.workloads {
+            Some(
+                kubeforge_controllers::workloads::start(server.client(), Default::default())
+                    .await
+                    .map_err(Error::Workloads)?,
+            )
+        } else {
+            None
+        };
+        let scheduler = if self.scheduler {
+            Some(
+                kubeforge_scheduler::SchedulerBuilder::new(server.client())
+                    .start()
+                    .map_err(Error::Scheduler)?,
+            )
+        } else {
+            None
+        };
+        let simulator = match self.nodes {
+            Some(nodes) if !nodes.is_empty() => {
+                server.set_graceful_pod_deletion(true);
+                let options = SimulatorOptions::new(nodes).delays(self.node_delays);
+                Some(
+                    NodeSimulator::start(server.client(), options)
+                        .await
+                        .map_err(Error::Nodes)?,
+                )
+            }
+            _ => None,
+        };
         let faults = FaultHandle::new(Faults::new());
         let mut env = TestEnv {
+            workloads,
+            scheduler,
+            simulator,
             client: kube::Client::new(faults.layer().layer(server.service()), "default"),
             server,
             faults,
@@ -219,6 +311,9 @@ pub struct TestEnv {
     client: kube::Client,
     faults: FaultHandle,
     controllers: Option<kubeforge_controllers::Builtin>,
+    workloads: Option<kubeforge_controllers::Workloads>,
+    scheduler: Option<kubeforge_scheduler::RunningScheduler>,
+    simulator: Option<RunningSimulator>,
     loopback: Option<Loopback>,
 }
 
@@ -238,6 +333,9 @@ impl std::fmt::Debug for TestEnv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TestEnv")
             .field("builtin_controllers", &self.controllers.is_some())
+            .field("workload_controllers", &self.workloads.is_some())
+            .field("scheduler", &self.scheduler.is_some())
+            .field("nodes", &self.simulator.as_ref().map(|s| s.nodes().len()))
             .field("loopback", &self.loopback.as_ref().map(|l| l.addr))
             .field("faults", &self.faults)
             .finish_non_exhaustive()
@@ -296,12 +394,27 @@ impl TestEnv {
         self.controllers.as_ref()
     }
 
+    /// The node simulator, when [`TestEnvBuilder::nodes`] was set: its
+    /// nodes, and [`RunningSimulator::set_heartbeats`] to cut one off.
+    pub fn simulator(&self) -> Option<&RunningSimulator> {
+        self.simulator.as_ref()
+    }
+
     /// Stop the loopback listener and the controllers, waiting for them,
     /// and close the store: open watches end, and writes through clients
     /// still held fail with 503 ServiceUnavailable.
     pub async fn stop(mut self) {
         if let Some(l) = self.loopback.take() {
             l.stop().await;
+        }
+        if let Some(s) = self.simulator.take() {
+            s.stop().await;
+        }
+        if let Some(s) = self.scheduler.take() {
+            s.stop().await;
+        }
+        if let Some(w) = self.workloads.take() {
+            w.stop().await;
         }
         if let Some(c) = self.controllers.take() {
             c.stop().await;
