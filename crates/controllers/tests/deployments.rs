@@ -43,10 +43,16 @@ fn rollout_done(d: &Deployment) -> Result<bool, String> {
     if d.metadata.generation > s.observed_generation {
         return Ok(false);
     }
-    if let Some(c) = s.conditions.as_ref().and_then(|cs| cs.iter().find(|c| c.type_ == "Progressing"))
+    if let Some(c) = s
+        .conditions
+        .as_ref()
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Progressing"))
         && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
     {
-        return Err(format!("deployment {:?} exceeded its progress deadline", d.metadata.name));
+        return Err(format!(
+            "deployment {:?} exceeded its progress deadline",
+            d.metadata.name
+        ));
     }
     let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let updated = s.updated_replicas.unwrap_or(0);
@@ -68,9 +74,10 @@ fn running_ready(pods: &[Pod]) -> usize {
     pods.iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter(|p| {
-            p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-                cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-            })
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
         })
         .count()
 }
@@ -88,35 +95,82 @@ async fn create_rolls_out_with_status_conditions_and_revision() {
     let env = start().await;
     let _k = kubelet(&env.client, all_ready);
     let api: Api<Deployment> = Api::default_namespaced(env.client.clone());
-    api.create(&PostParams::default(), &deployment("web", 3, "nginx", json!({})))
-        .await
-        .expect("create");
+    api.create(
+        &PostParams::default(),
+        &deployment("web", 3, "nginx", json!({})),
+    )
+    .await
+    .expect("create");
     let d = wait_rollout(&api, "web").await;
     let s = d.status.clone().expect("status");
     assert_eq!(s.replicas, Some(3));
     assert_eq!(s.ready_replicas, Some(3));
     assert_eq!(s.updated_replicas, Some(3));
     let conds = s.conditions.expect("conditions");
-    let avail = conds.iter().find(|c| c.type_ == "Available").expect("Available");
-    assert_eq!((avail.status.as_str(), avail.reason.as_deref()), ("True", Some("MinimumReplicasAvailable")));
-    let prog = conds.iter().find(|c| c.type_ == "Progressing").expect("Progressing");
-    assert_eq!((prog.status.as_str(), prog.reason.as_deref()), ("True", Some("NewReplicaSetAvailable")));
+    let avail = conds
+        .iter()
+        .find(|c| c.type_ == "Available")
+        .expect("Available");
     assert_eq!(
-        d.metadata.annotations.as_ref().and_then(|a| a.get("deployment.kubernetes.io/revision")).map(String::as_str),
+        (avail.status.as_str(), avail.reason.as_deref()),
+        ("True", Some("MinimumReplicasAvailable"))
+    );
+    let prog = conds
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .expect("Progressing");
+    assert_eq!(
+        (prog.status.as_str(), prog.reason.as_deref()),
+        ("True", Some("NewReplicaSetAvailable"))
+    );
+    assert_eq!(
+        d.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("deployment.kubernetes.io/revision"))
+            .map(String::as_str),
         Some("1")
     );
     // One ReplicaSet named after the template hash, which labels its pods.
     let rss: Api<ReplicaSet> = Api::default_namespaced(env.client.clone());
-    let list = rss.list(&ListParams::default().labels("app=web")).await.expect("list rs").items;
+    let list = rss
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .expect("list rs")
+        .items;
     assert_eq!(list.len(), 1);
     let rs = &list[0];
-    let hash = rs.metadata.labels.as_ref().and_then(|l| l.get("pod-template-hash")).cloned().expect("hash label");
-    assert_eq!(rs.metadata.name.as_deref(), Some(format!("web-{hash}").as_str()));
-    assert!(hash.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)), "{hash}");
+    let hash = rs
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("pod-template-hash"))
+        .cloned()
+        .expect("hash label");
+    assert_eq!(
+        rs.metadata.name.as_deref(),
+        Some(format!("web-{hash}").as_str())
+    );
+    assert!(
+        hash.chars()
+            .all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)),
+        "{hash}"
+    );
     let pods = pods_of(&env.client, "web").await;
     assert_eq!(running_ready(&pods), 3);
-    assert!(pods.iter().all(|p| p.metadata.labels.as_ref().and_then(|l| l.get("pod-template-hash")) == Some(&hash)));
-    assert!(pods.iter().all(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with(&format!("web-{hash}-")))));
+    assert!(pods.iter().all(|p| {
+        p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("pod-template-hash"))
+            == Some(&hash)
+    }));
+    assert!(pods.iter().all(|p| {
+        p.metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.starts_with(&format!("web-{hash}-")))
+    }));
     env.stop().await;
 }
 
@@ -131,15 +185,24 @@ async fn rolling_update_respects_max_unavailable_and_surge_then_undo() {
     let env = start().await;
     let _k = kubelet(&env.client, all_ready);
     let api: Api<Deployment> = Api::default_namespaced(env.client.clone());
-    let strategy = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 1}});
-    api.create(&PostParams::default(), &deployment("roll", 4, "nginx:1.26", strategy))
-        .await
-        .expect("create");
+    let strategy =
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 1}});
+    api.create(
+        &PostParams::default(),
+        &deployment("roll", 4, "nginx:1.26", strategy),
+    )
+    .await
+    .expect("create");
     wait_rollout(&api, "roll").await;
 
     // Watch every pod of the app while the image changes.
-    let state: Arc<Mutex<(BTreeMap<String, Pod>, Observed)>> =
-        Arc::new(Mutex::new((BTreeMap::new(), Observed { min_ready: usize::MAX, max_total: 0 })));
+    let state: Arc<Mutex<(BTreeMap<String, Pod>, Observed)>> = Arc::new(Mutex::new((
+        BTreeMap::new(),
+        Observed {
+            min_ready: usize::MAX,
+            max_total: 0,
+        },
+    )));
     let pods: Api<Pod> = Api::default_namespaced(env.client.clone());
     let st = state.clone();
     let watch = tokio::spawn(async move {
@@ -162,12 +225,18 @@ async fn rolling_update_respects_max_unavailable_and_surge_then_undo() {
             }
             let all: Vec<Pod> = g.0.values().cloned().collect();
             let ready = running_ready(&all);
-            let total = all.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count();
+            let total = all
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .count();
             g.1.min_ready = g.1.min_ready.min(ready);
             g.1.max_total = g.1.max_total.max(total);
         }
     });
-    eventually("watch saw the 4 pods", T, || async { state.lock().expect("lock").0.len() == 4 }).await;
+    eventually("watch saw the 4 pods", T, || async {
+        state.lock().expect("lock").0.len() == 4
+    })
+    .await;
 
     api.patch(
         "roll",
@@ -182,16 +251,30 @@ async fn rolling_update_respects_max_unavailable_and_surge_then_undo() {
         let g = state.lock().expect("lock");
         (g.1.min_ready, g.1.max_total)
     };
-    assert!(min_ready >= 3, "ready pods dropped to {min_ready} (< replicas - maxUnavailable = 3)");
-    assert!(max_total <= 5, "{max_total} pods existed at once (> replicas + maxSurge = 5)");
+    assert!(
+        min_ready >= 3,
+        "ready pods dropped to {min_ready} (< replicas - maxUnavailable = 3)"
+    );
+    assert!(
+        max_total <= 5,
+        "{max_total} pods existed at once (> replicas + maxSurge = 5)"
+    );
     assert_eq!(
-        d.metadata.annotations.as_ref().and_then(|a| a.get("deployment.kubernetes.io/revision")).map(String::as_str),
+        d.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("deployment.kubernetes.io/revision"))
+            .map(String::as_str),
         Some("2")
     );
     let images = |pods: &[Pod]| -> BTreeSet<String> {
         pods.iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter_map(|p| p.spec.as_ref().map(|s| s.containers[0].image.clone().unwrap_or_default()))
+            .filter_map(|p| {
+                p.spec
+                    .as_ref()
+                    .map(|s| s.containers[0].image.clone().unwrap_or_default())
+            })
             .collect()
     };
     eventually("only new pods left", T, || async {
@@ -201,27 +284,51 @@ async fn rolling_update_respects_max_unavailable_and_surge_then_undo() {
 
     // `kubectl rollout undo`: copy revision 1's template back.
     let rss: Api<ReplicaSet> = Api::default_namespaced(env.client.clone());
-    let list = rss.list(&ListParams::default().labels("app=roll")).await.expect("list").items;
+    let list = rss
+        .list(&ListParams::default().labels("app=roll"))
+        .await
+        .expect("list")
+        .items;
     assert_eq!(list.len(), 2, "old ReplicaSet kept for history");
     let rev1 = list
         .iter()
-        .find(|rs| rs.metadata.annotations.as_ref().and_then(|a| a.get("deployment.kubernetes.io/revision")).map(String::as_str) == Some("1"))
+        .find(|rs| {
+            rs.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("deployment.kubernetes.io/revision"))
+                .map(String::as_str)
+                == Some("1")
+        })
         .expect("revision 1");
     assert_eq!(rev1.spec.as_ref().and_then(|s| s.replicas), Some(0));
-    let mut template = rev1.spec.as_ref().and_then(|s| s.template.clone()).expect("template");
+    let mut template = rev1
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.clone())
+        .expect("template");
     if let Some(l) = template.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
         l.remove("pod-template-hash");
     }
     api.patch(
         "roll",
         &PatchParams::default(),
-        &Patch::Json::<()>(serde_json::from_value(json!([{"op": "replace", "path": "/spec/template", "value": template}])).expect("patch")),
+        &Patch::Json::<()>(
+            serde_json::from_value(
+                json!([{"op": "replace", "path": "/spec/template", "value": template}]),
+            )
+            .expect("patch"),
+        ),
     )
     .await
     .expect("undo");
     let d = wait_rollout(&api, "roll").await;
     assert_eq!(
-        d.metadata.annotations.as_ref().and_then(|a| a.get("deployment.kubernetes.io/revision")).map(String::as_str),
+        d.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("deployment.kubernetes.io/revision"))
+            .map(String::as_str),
         Some("3"),
         "a rollback makes the old ReplicaSet the newest revision"
     );
@@ -229,12 +336,31 @@ async fn rolling_update_respects_max_unavailable_and_surge_then_undo() {
         images(&pods_of(&env.client, "roll").await) == BTreeSet::from(["nginx:1.26".to_string()])
     })
     .await;
-    let list = rss.list(&ListParams::default().labels("app=roll")).await.expect("list").items;
-    assert_eq!(list.len(), 2, "the rollback reused the revision-1 ReplicaSet");
-    let back = list.iter().find(|rs| rs.metadata.uid == rev1.metadata.uid).expect("same RS");
+    let list = rss
+        .list(&ListParams::default().labels("app=roll"))
+        .await
+        .expect("list")
+        .items;
+    assert_eq!(
+        list.len(),
+        2,
+        "the rollback reused the revision-1 ReplicaSet"
+    );
+    let back = list
+        .iter()
+        .find(|rs| rs.metadata.uid == rev1.metadata.uid)
+        .expect("same RS");
     let ann = back.metadata.annotations.clone().unwrap_or_default();
-    assert_eq!(ann.get("deployment.kubernetes.io/revision").map(String::as_str), Some("3"));
-    assert_eq!(ann.get("deployment.kubernetes.io/revision-history").map(String::as_str), Some("1"));
+    assert_eq!(
+        ann.get("deployment.kubernetes.io/revision")
+            .map(String::as_str),
+        Some("3")
+    );
+    assert_eq!(
+        ann.get("deployment.kubernetes.io/revision-history")
+            .map(String::as_str),
+        Some("1")
+    );
     env.stop().await;
 }
 
@@ -245,19 +371,34 @@ async fn scale_up_and_down_and_revision_history_limit() {
     let api: Api<Deployment> = Api::default_namespaced(env.client.clone());
     let mut d = deployment("sc", 2, "nginx:1", json!({}));
     d.spec.as_mut().expect("spec").revision_history_limit = Some(1);
-    api.create(&PostParams::default(), &d).await.expect("create");
-    wait_rollout(&api, "sc").await;
-    api.patch("sc", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 5}})))
+    api.create(&PostParams::default(), &d)
         .await
-        .expect("scale");
+        .expect("create");
+    wait_rollout(&api, "sc").await;
+    api.patch(
+        "sc",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 5}})),
+    )
+    .await
+    .expect("scale");
     wait_rollout(&api, "sc").await;
     assert_eq!(running_ready(&pods_of(&env.client, "sc").await), 5);
-    api.patch("sc", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}})))
-        .await
-        .expect("scale");
+    api.patch(
+        "sc",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 1}})),
+    )
+    .await
+    .expect("scale");
     wait_rollout(&api, "sc").await;
     eventually("1 pod left", T, || async {
-        pods_of(&env.client, "sc").await.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count() == 1
+        pods_of(&env.client, "sc")
+            .await
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .count()
+            == 1
     })
     .await;
     // Three more revisions with a history limit of 1: two ReplicaSets stay.
@@ -273,7 +414,12 @@ async fn scale_up_and_down_and_revision_history_limit() {
     }
     let rss: Api<ReplicaSet> = Api::default_namespaced(env.client.clone());
     eventually("history trimmed to 1 old ReplicaSet", T, || async {
-        rss.list(&ListParams::default().labels("app=sc")).await.expect("list").items.len() == 2
+        rss.list(&ListParams::default().labels("app=sc"))
+            .await
+            .expect("list")
+            .items
+            .len()
+            == 2
     })
     .await;
     env.stop().await;
@@ -284,9 +430,12 @@ async fn recreate_removes_old_pods_before_creating_new() {
     let env = start().await;
     let _k = kubelet(&env.client, all_ready);
     let api: Api<Deployment> = Api::default_namespaced(env.client.clone());
-    api.create(&PostParams::default(), &deployment("rec", 3, "nginx:1", json!({"type": "Recreate"})))
-        .await
-        .expect("create");
+    api.create(
+        &PostParams::default(),
+        &deployment("rec", 3, "nginx:1", json!({"type": "Recreate"})),
+    )
+    .await
+    .expect("create");
     wait_rollout(&api, "rec").await;
     let mixed = Arc::new(Mutex::new(false));
     let pods: Api<Pod> = Api::default_namespaced(env.client.clone());
@@ -297,7 +446,11 @@ async fn recreate_removes_old_pods_before_creating_new() {
         while let Some(ev) = s.next().await {
             match ev {
                 Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => {
-                    let img = p.spec.as_ref().and_then(|s| s.containers[0].image.clone()).unwrap_or_default();
+                    let img = p
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.containers[0].image.clone())
+                        .unwrap_or_default();
                     live.insert(p.metadata.name.clone().unwrap_or_default(), img);
                 }
                 Ok(watcher::Event::Delete(p)) => {
@@ -322,11 +475,20 @@ async fn recreate_removes_old_pods_before_creating_new() {
     wait_rollout(&api, "rec").await;
     eventually("3 new pods", T, || async {
         let p = pods_of(&env.client, "rec").await;
-        running_ready(&p) == 3 && p.iter().all(|p| p.spec.as_ref().and_then(|s| s.containers[0].image.as_deref()) == Some("nginx:2"))
+        running_ready(&p) == 3
+            && p.iter().all(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.containers[0].image.as_deref())
+                    == Some("nginx:2")
+            })
     })
     .await;
     watch.abort();
-    assert!(!*mixed.lock().expect("lock"), "old and new pods existed at the same time under Recreate");
+    assert!(
+        !*mixed.lock().expect("lock"),
+        "old and new pods existed at the same time under Recreate"
+    );
     env.stop().await;
 }
 
@@ -335,16 +497,25 @@ async fn paused_deployment_does_not_roll_out_and_deadline_is_reported() {
     let env = start().await;
     // Pods of "stuck" never become ready.
     let _k = kubelet(&env.client, |p: &Pod| {
-        if p.metadata.labels.as_ref().and_then(|l| l.get("app")).map(String::as_str) == Some("stuck") {
+        if p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app"))
+            .map(String::as_str)
+            == Some("stuck")
+        {
             Fate::NotReady
         } else {
             Fate::Ready
         }
     });
     let api: Api<Deployment> = Api::default_namespaced(env.client.clone());
-    api.create(&PostParams::default(), &deployment("pz", 2, "nginx:1", json!({})))
-        .await
-        .expect("create");
+    api.create(
+        &PostParams::default(),
+        &deployment("pz", 2, "nginx:1", json!({})),
+    )
+    .await
+    .expect("create");
     wait_rollout(&api, "pz").await;
     api.patch(
         "pz",
@@ -356,27 +527,56 @@ async fn paused_deployment_does_not_roll_out_and_deadline_is_reported() {
     eventually("Progressing=Unknown DeploymentPaused", T, || async {
         let d = api.get("pz").await.expect("get");
         d.status.and_then(|s| s.conditions).is_some_and(|cs| {
-            cs.iter().any(|c| c.type_ == "Progressing" && c.status == "Unknown" && c.reason.as_deref() == Some("DeploymentPaused"))
+            cs.iter().any(|c| {
+                c.type_ == "Progressing"
+                    && c.status == "Unknown"
+                    && c.reason.as_deref() == Some("DeploymentPaused")
+            })
         })
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss: Api<ReplicaSet> = Api::default_namespaced(env.client.clone());
-    assert_eq!(rss.list(&ListParams::default().labels("app=pz")).await.expect("list").items.len(), 1, "no rollout while paused");
-    api.patch("pz", &PatchParams::default(), &Patch::Merge(json!({"spec": {"paused": false}})))
-        .await
-        .expect("resume");
+    assert_eq!(
+        rss.list(&ListParams::default().labels("app=pz"))
+            .await
+            .expect("list")
+            .items
+            .len(),
+        1,
+        "no rollout while paused"
+    );
+    api.patch(
+        "pz",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"paused": false}})),
+    )
+    .await
+    .expect("resume");
     wait_rollout(&api, "pz").await;
-    assert_eq!(rss.list(&ListParams::default().labels("app=pz")).await.expect("list").items.len(), 2);
+    assert_eq!(
+        rss.list(&ListParams::default().labels("app=pz"))
+            .await
+            .expect("list")
+            .items
+            .len(),
+        2
+    );
 
     // A deadline of 1 s with pods that never get ready.
     let mut d = deployment("stuck", 1, "nginx:1", json!({}));
     d.spec.as_mut().expect("spec").progress_deadline_seconds = Some(1);
-    api.create(&PostParams::default(), &d).await.expect("create");
+    api.create(&PostParams::default(), &d)
+        .await
+        .expect("create");
     eventually("ProgressDeadlineExceeded", T, || async {
         let d = api.get("stuck").await.expect("get");
         d.status.and_then(|s| s.conditions).is_some_and(|cs| {
-            cs.iter().any(|c| c.type_ == "Progressing" && c.status == "False" && c.reason.as_deref() == Some("ProgressDeadlineExceeded"))
+            cs.iter().any(|c| {
+                c.type_ == "Progressing"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+            })
         })
     })
     .await;
@@ -395,11 +595,17 @@ async fn rejected_template_sets_replica_failure_without_hot_looping() {
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "bad"}},
             "template": {"metadata": {"labels": {"app": "bad"}}, "spec": {"containers": [{"name": "c", "image": ""}]}}}
     }));
-    api.create(&PostParams::default(), &d).await.expect("create");
+    api.create(&PostParams::default(), &d)
+        .await
+        .expect("create");
     eventually("ReplicaFailure=True FailedCreate", T, || async {
         let d = api.get("bad").await.expect("get");
         d.status.and_then(|s| s.conditions).is_some_and(|cs| {
-            cs.iter().any(|c| c.type_ == "ReplicaFailure" && c.status == "True" && c.reason.as_deref() == Some("FailedCreate"))
+            cs.iter().any(|c| {
+                c.type_ == "ReplicaFailure"
+                    && c.status == "True"
+                    && c.reason.as_deref() == Some("FailedCreate")
+            })
         })
     })
     .await;
@@ -416,8 +622,22 @@ async fn replicaset_adopts_orphans_and_deletes_unready_first() {
             "spec": {"containers": [{"name": "c", "image": "nginx"}]}}));
         pods.create(&PostParams::default(), &p).await.expect("pod");
     }
-    set_pod_status(&env.client, "default", "orphan-ready", Fate::Ready, "10.0.0.1").await;
-    set_pod_status(&env.client, "default", "orphan-unready", Fate::NotReady, "10.0.0.2").await;
+    set_pod_status(
+        &env.client,
+        "default",
+        "orphan-ready",
+        Fate::Ready,
+        "10.0.0.1",
+    )
+    .await;
+    set_pod_status(
+        &env.client,
+        "default",
+        "orphan-unready",
+        Fate::NotReady,
+        "10.0.0.2",
+    )
+    .await;
     let rss: Api<ReplicaSet> = Api::default_namespaced(env.client.clone());
     let rs: ReplicaSet = obj(json!({"metadata": {"name": "rsa"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "rsa"}},
@@ -425,30 +645,61 @@ async fn replicaset_adopts_orphans_and_deletes_unready_first() {
     rss.create(&PostParams::default(), &rs).await.expect("rs");
     eventually("one pod left, the ready one, adopted", T, || async {
         let list = pods_of(&env.client, "rsa").await;
-        let live: Vec<&Pod> = list.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+        let live: Vec<&Pod> = list
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
         live.len() == 1
             && live[0].metadata.name.as_deref() == Some("orphan-ready")
-            && live[0].metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|r| r.kind == "ReplicaSet" && r.name == "rsa"))
+            && live[0]
+                .metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|o| o.iter().any(|r| r.kind == "ReplicaSet" && r.name == "rsa"))
     })
     .await;
     eventually("status replicas 1, ready 1", T, || async {
         let rs = rss.get("rsa").await.expect("rs");
-        rs.status.is_some_and(|s| s.replicas == 1 && s.ready_replicas == Some(1) && s.available_replicas == Some(1) && s.fully_labeled_replicas == Some(1))
+        rs.status.is_some_and(|s| {
+            s.replicas == 1
+                && s.ready_replicas == Some(1)
+                && s.available_replicas == Some(1)
+                && s.fully_labeled_replicas == Some(1)
+        })
     })
     .await;
     // A pod whose labels stop matching is released and replaced.
-    pods.patch("orphan-ready", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "other"}}})))
-        .await
-        .expect("relabel");
+    pods.patch(
+        "orphan-ready",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "other"}}})),
+    )
+    .await
+    .expect("relabel");
     eventually("released and replaced", T, || async {
         let p = pods.get("orphan-ready").await.expect("pod");
-        let released = p.metadata.owner_references.as_ref().is_none_or(|o| o.is_empty());
-        released && pods_of(&env.client, "rsa").await.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count() == 1
+        let released = p
+            .metadata
+            .owner_references
+            .as_ref()
+            .is_none_or(|o| o.is_empty());
+        released
+            && pods_of(&env.client, "rsa")
+                .await
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .count()
+                == 1
     })
     .await;
     // Deleting the ReplicaSet garbage-collects its pods.
-    rss.delete("rsa", &DeleteParams::foreground()).await.expect("delete");
-    eventually("pods collected", T, || async { pods_of(&env.client, "rsa").await.is_empty() }).await;
+    rss.delete("rsa", &DeleteParams::foreground())
+        .await
+        .expect("delete");
+    eventually("pods collected", T, || async {
+        pods_of(&env.client, "rsa").await.is_empty()
+    })
+    .await;
     env.stop().await;
 }
 
@@ -457,14 +708,31 @@ async fn selector_not_matching_template_is_422() {
     let env = start().await;
     let api: Api<Deployment> = Api::default_namespaced(env.client.clone());
     let mut d = deployment("mismatch", 1, "nginx", json!({}));
-    d.spec.as_mut().expect("spec").selector.match_labels = Some(BTreeMap::from([("app".to_string(), "other".to_string())]));
-    let err = api.create(&PostParams::default(), &d).await.expect_err("rejected");
-    let kube::Error::Api(s) = err else { panic!("not an API error: {err}") };
+    d.spec.as_mut().expect("spec").selector.match_labels =
+        Some(BTreeMap::from([("app".to_string(), "other".to_string())]));
+    let err = api
+        .create(&PostParams::default(), &d)
+        .await
+        .expect_err("rejected");
+    let kube::Error::Api(s) = err else {
+        panic!("not an API error: {err}")
+    };
     assert_eq!(s.code, 422);
-    assert!(s.message.contains("`selector` does not match template `labels`"), "{}", s.message);
+    assert!(
+        s.message
+            .contains("`selector` does not match template `labels`"),
+        "{}",
+        s.message
+    );
     let mut d = deployment("nosel", 1, "nginx", json!({}));
     d.spec.as_mut().expect("spec").selector = Default::default();
-    let err = api.create(&PostParams::default(), &d).await.expect_err("rejected");
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 422), "{err}");
+    let err = api
+        .create(&PostParams::default(), &d)
+        .await
+        .expect_err("rejected");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 422),
+        "{err}"
+    );
     env.stop().await;
 }

@@ -21,7 +21,12 @@ async fn slice_state(api: &Api<EndpointSlice>) -> Vec<(String, bool)> {
         .items
         .into_iter()
         .flat_map(|s| s.endpoints)
-        .map(|e| (e.addresses[0].clone(), e.conditions.and_then(|c| c.ready).unwrap_or(false)))
+        .map(|e| {
+            (
+                e.addresses[0].clone(),
+                e.conditions.and_then(|c| c.ready).unwrap_or(false),
+            )
+        })
         .collect();
     out.sort();
     out
@@ -42,12 +47,23 @@ async fn slices_and_endpoints_follow_readiness() {
             "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "nginx", "ports": [{"name": "web", "containerPort": 8080}]}]}}));
         pods.create(&PostParams::default(), &p).await.expect("pod");
         let fate = if i == 0 { Fate::Ready } else { Fate::NotReady };
-        set_pod_status(&env.client, "default", name, fate, &format!("10.1.0.{}", i + 1)).await;
+        set_pod_status(
+            &env.client,
+            "default",
+            name,
+            fate,
+            &format!("10.1.0.{}", i + 1),
+        )
+        .await;
     }
     // A pod that does not match.
-    let other: Pod = obj(json!({"metadata": {"name": "other", "labels": {"app": "x"}},
-        "spec": {"containers": [{"name": "c", "image": "nginx"}]}}));
-    pods.create(&PostParams::default(), &other).await.expect("pod");
+    let other: Pod = obj(
+        json!({"metadata": {"name": "other", "labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}}),
+    );
+    pods.create(&PostParams::default(), &other)
+        .await
+        .expect("pod");
     set_pod_status(&env.client, "default", "other", Fate::Ready, "10.1.0.9").await;
 
     let slices: Api<EndpointSlice> = Api::default_namespaced(env.client.clone());
@@ -55,31 +71,62 @@ async fn slices_and_endpoints_follow_readiness() {
         slice_state(&slices).await == vec![("10.1.0.1".into(), true), ("10.1.0.2".into(), false)]
     })
     .await;
-    let list = slices.list(&ListParams::default().labels("kubernetes.io/service-name=web")).await.expect("list").items;
+    let list = slices
+        .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+        .await
+        .expect("list")
+        .items;
     let s = &list[0];
     assert_eq!(s.address_type, "IPv4");
     let ports = s.ports.clone().expect("ports");
-    assert_eq!((ports[0].name.as_deref(), ports[0].port), (Some("http"), Some(8080)), "named targetPort resolved");
-    assert!(s.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|r| r.kind == "Service" && r.name == "web")));
+    assert_eq!(
+        (ports[0].name.as_deref(), ports[0].port),
+        (Some("http"), Some(8080)),
+        "named targetPort resolved"
+    );
+    assert!(
+        s.metadata
+            .owner_references
+            .as_ref()
+            .is_some_and(|o| o.iter().any(|r| r.kind == "Service" && r.name == "web"))
+    );
 
     let eps: Api<Endpoints> = Api::default_namespaced(env.client.clone());
     eventually("Endpoints: a ready, b not ready", T, || async {
-        let Some(e) = eps.get_opt("web").await.expect("get") else { return false };
+        let Some(e) = eps.get_opt("web").await.expect("get") else {
+            return false;
+        };
         let ss = e.subsets.unwrap_or_default();
         ss.len() == 1
-            && ss[0].addresses.as_ref().is_some_and(|a| a.len() == 1 && a[0].ip == "10.1.0.1")
-            && ss[0].not_ready_addresses.as_ref().is_some_and(|a| a.len() == 1 && a[0].ip == "10.1.0.2")
+            && ss[0]
+                .addresses
+                .as_ref()
+                .is_some_and(|a| a.len() == 1 && a[0].ip == "10.1.0.1")
+            && ss[0]
+                .not_ready_addresses
+                .as_ref()
+                .is_some_and(|a| a.len() == 1 && a[0].ip == "10.1.0.2")
     })
     .await;
 
     // b turns ready, a goes away.
     set_pod_status(&env.client, "default", "b", Fate::Ready, "10.1.0.2").await;
-    pods.delete("a", &DeleteParams::default()).await.expect("delete");
-    eventually("slice follows", T, || async { slice_state(&slices).await == vec![("10.1.0.2".into(), true)] }).await;
+    pods.delete("a", &DeleteParams::default())
+        .await
+        .expect("delete");
+    eventually("slice follows", T, || async {
+        slice_state(&slices).await == vec![("10.1.0.2".into(), true)]
+    })
+    .await;
     eventually("Endpoints follow", T, || async {
         let e = eps.get("web").await.expect("get");
         let ss = e.subsets.unwrap_or_default();
-        ss.len() == 1 && ss[0].addresses.as_ref().is_some_and(|a| a.len() == 1 && a[0].ip == "10.1.0.2") && ss[0].not_ready_addresses.is_none()
+        ss.len() == 1
+            && ss[0]
+                .addresses
+                .as_ref()
+                .is_some_and(|a| a.len() == 1 && a[0].ip == "10.1.0.2")
+            && ss[0].not_ready_addresses.is_none()
     })
     .await;
     env.stop().await;

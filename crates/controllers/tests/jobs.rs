@@ -37,7 +37,13 @@ fn opts() -> WorkloadOptions {
 }
 
 fn cond(j: &Job, t: &str) -> Option<(String, Option<String>)> {
-    j.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == t).map(|c| (c.status.clone(), c.reason.clone()))
+    j.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == t)
+        .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,14 +53,21 @@ async fn completions_5_parallelism_2_completes() {
     // while watching how many run at once.
     let _k = kubelet(&env.client, |_| Fate::NotReady);
     let api: Api<Job> = Api::default_namespaced(env.client.clone());
-    api.create(&PostParams::default(), &job("pi", json!({"completions": 5, "parallelism": 2})))
-        .await
-        .expect("create");
+    api.create(
+        &PostParams::default(),
+        &job("pi", json!({"completions": 5, "parallelism": 2})),
+    )
+    .await
+    .expect("create");
     let pods: Api<Pod> = Api::default_namespaced(env.client.clone());
     let max_active = Arc::new(Mutex::new(0usize));
     let mut finished = 0;
     while finished < 5 {
-        let list = pods.list(&ListParams::default().labels("job-name=pi")).await.expect("list").items;
+        let list = pods
+            .list(&ListParams::default().labels("job-name=pi"))
+            .await
+            .expect("list")
+            .items;
         let running: Vec<&Pod> = list
             .iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Succeeded"))
@@ -63,8 +76,18 @@ async fn completions_5_parallelism_2_completes() {
             let mut m = max_active.lock().expect("lock");
             *m = (*m).max(running.len());
         }
-        if let Some(p) = running.iter().find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")) {
-            set_pod_status(&env.client, "default", p.metadata.name.as_deref().unwrap_or_default(), Fate::Succeed, "").await;
+        if let Some(p) = running
+            .iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        {
+            set_pod_status(
+                &env.client,
+                "default",
+                p.metadata.name.as_deref().unwrap_or_default(),
+                Fate::Succeed,
+                "",
+            )
+            .await;
             finished += 1;
         }
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -80,9 +103,19 @@ async fn completions_5_parallelism_2_completes() {
     assert_eq!(s.succeeded, Some(5));
     assert_eq!(s.active, None);
     assert!(s.start_time.is_some() && s.completion_time.is_some());
-    assert_eq!(cond(&j, "SuccessCriteriaMet").map(|c| c.0), Some("True".into()));
-    assert!(*max_active.lock().expect("lock") <= 2, "more than parallelism=2 pods ran at once");
-    let all = pods.list(&ListParams::default().labels("job-name=pi")).await.expect("list").items;
+    assert_eq!(
+        cond(&j, "SuccessCriteriaMet").map(|c| c.0),
+        Some("True".into())
+    );
+    assert!(
+        *max_active.lock().expect("lock") <= 2,
+        "more than parallelism=2 pods ran at once"
+    );
+    let all = pods
+        .list(&ListParams::default().labels("job-name=pi"))
+        .await
+        .expect("list")
+        .items;
     assert_eq!(all.len(), 5, "exactly 5 pods were created");
     env.stop().await;
 }
@@ -92,16 +125,23 @@ async fn backoff_limit_fails_the_job() {
     let env = start_with(opts()).await;
     let _k = kubelet(&env.client, |_| Fate::Fail);
     let api: Api<Job> = Api::default_namespaced(env.client.clone());
-    api.create(&PostParams::default(), &job("boom", json!({"backoffLimit": 2})))
-        .await
-        .expect("create");
+    api.create(
+        &PostParams::default(),
+        &job("boom", json!({"backoffLimit": 2})),
+    )
+    .await
+    .expect("create");
     eventually("Failed=True BackoffLimitExceeded", T, || async {
         let j = api.get("boom").await.expect("get");
         cond(&j, "Failed") == Some(("True".into(), Some("BackoffLimitExceeded".into())))
     })
     .await;
     let j = api.get("boom").await.expect("get");
-    assert_eq!(j.status.as_ref().and_then(|s| s.failed), Some(3), "backoffLimit 2 → the third failure fails it");
+    assert_eq!(
+        j.status.as_ref().and_then(|s| s.failed),
+        Some(3),
+        "backoffLimit 2 → the third failure fails it"
+    );
     assert_eq!(cond(&j, "FailureTarget").map(|c| c.0), Some("True".into()));
     assert!(cond(&j, "Complete").is_none());
     env.stop().await;
@@ -111,16 +151,25 @@ async fn backoff_limit_fails_the_job() {
 async fn active_deadline_fails_and_ttl_deletes() {
     let env = start_with(opts()).await;
     let _k = kubelet(&env.client, |p: &Pod| {
-        if p.metadata.labels.as_ref().and_then(|l| l.get("job-name")).map(String::as_str) == Some("quick") {
+        if p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("job-name"))
+            .map(String::as_str)
+            == Some("quick")
+        {
             Fate::Succeed
         } else {
             Fate::NotReady
         }
     });
     let api: Api<Job> = Api::default_namespaced(env.client.clone());
-    api.create(&PostParams::default(), &job("slow", json!({"activeDeadlineSeconds": 1})))
-        .await
-        .expect("create");
+    api.create(
+        &PostParams::default(),
+        &job("slow", json!({"activeDeadlineSeconds": 1})),
+    )
+    .await
+    .expect("create");
     eventually("Failed=True DeadlineExceeded", T, || async {
         let j = api.get("slow").await.expect("get");
         cond(&j, "Failed") == Some(("True".into(), Some("DeadlineExceeded".into())))
@@ -128,17 +177,30 @@ async fn active_deadline_fails_and_ttl_deletes() {
     .await;
     let pods: Api<Pod> = Api::default_namespaced(env.client.clone());
     eventually("running pod deleted", T, || async {
-        pods.list(&ListParams::default().labels("job-name=slow")).await.expect("list").items.is_empty()
+        pods.list(&ListParams::default().labels("job-name=slow"))
+            .await
+            .expect("list")
+            .items
+            .is_empty()
     })
     .await;
 
-    api.create(&PostParams::default(), &job("quick", json!({"ttlSecondsAfterFinished": 1})))
-        .await
-        .expect("create");
+    api.create(
+        &PostParams::default(),
+        &job("quick", json!({"ttlSecondsAfterFinished": 1})),
+    )
+    .await
+    .expect("create");
     eventually("Complete", T, || async {
-        api.get_opt("quick").await.expect("get").is_none_or(|j| cond(&j, "Complete").is_some())
+        api.get_opt("quick")
+            .await
+            .expect("get")
+            .is_none_or(|j| cond(&j, "Complete").is_some())
     })
     .await;
-    eventually("deleted by TTL", T, || async { api.get_opt("quick").await.expect("get").is_none() }).await;
+    eventually("deleted by TTL", T, || async {
+        api.get_opt("quick").await.expect("get").is_none()
+    })
+    .await;
     env.stop().await;
 }

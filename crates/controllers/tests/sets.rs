@@ -37,7 +37,9 @@ async fn live_pods(client: &kube::Client, sel: &str) -> Vec<Pod> {
 }
 
 fn names(pods: &[Pod]) -> Vec<String> {
-    pods.iter().filter_map(|p| p.metadata.name.clone()).collect()
+    pods.iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,55 +74,120 @@ async fn statefulset_creates_in_order_scales_down_in_reverse_and_rolls() {
     let ss: StatefulSet = obj(json!({"metadata": {"name": "web"}, "spec": {
         "replicas": 3, "serviceName": "web", "selector": {"matchLabels": {"app": "web"}},
         "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "nginx", "image": "nginx:1"}]}}}}));
-    api.create(&PostParams::default(), &ss).await.expect("create");
+    api.create(&PostParams::default(), &ss)
+        .await
+        .expect("create");
     // Without a kubelet web-0 never gets ready: web-1 must not appear.
-    eventually("web-0 created", T, || async { names(&live_pods(&env.client, "app=web").await) == ["web-0"] }).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(names(&live_pods(&env.client, "app=web").await), ["web-0"], "web-1 created before web-0 was ready");
-    let p0 = pods.get("web-0").await.expect("web-0");
-    let spec = p0.spec.clone().expect("spec");
-    assert_eq!((spec.hostname.as_deref(), spec.subdomain.as_deref()), (Some("web-0"), Some("web")));
-    assert_eq!(p0.metadata.labels.as_ref().and_then(|l| l.get("apps.kubernetes.io/pod-index")).map(String::as_str), Some("0"));
-    let _k = kubelet(&env.client, all_ready);
-    eventually("3 ready", T, || async {
-        api.get("web").await.expect("get").status.is_some_and(|s| s.ready_replicas == Some(3))
+    eventually("web-0 created", T, || async {
+        names(&live_pods(&env.client, "app=web").await) == ["web-0"]
     })
     .await;
-    assert_eq!(events.lock().expect("lock").clone(), ["+web-0", "+web-1", "+web-2"]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        names(&live_pods(&env.client, "app=web").await),
+        ["web-0"],
+        "web-1 created before web-0 was ready"
+    );
+    let p0 = pods.get("web-0").await.expect("web-0");
+    let spec = p0.spec.clone().expect("spec");
+    assert_eq!(
+        (spec.hostname.as_deref(), spec.subdomain.as_deref()),
+        (Some("web-0"), Some("web"))
+    );
+    assert_eq!(
+        p0.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("apps.kubernetes.io/pod-index"))
+            .map(String::as_str),
+        Some("0")
+    );
+    let _k = kubelet(&env.client, all_ready);
+    eventually("3 ready", T, || async {
+        api.get("web")
+            .await
+            .expect("get")
+            .status
+            .is_some_and(|s| s.ready_replicas == Some(3))
+    })
+    .await;
+    assert_eq!(
+        events.lock().expect("lock").clone(),
+        ["+web-0", "+web-1", "+web-2"]
+    );
     let s = api.get("web").await.expect("get").status.expect("status");
     assert_eq!(s.current_revision, s.update_revision);
-    assert!(s.update_revision.as_deref().is_some_and(|r| r.starts_with("web-")));
+    assert!(
+        s.update_revision
+            .as_deref()
+            .is_some_and(|r| r.starts_with("web-"))
+    );
 
     // Rolling update: replaced from the highest ordinal down.
     events.lock().expect("lock").clear();
     api.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:2"}]}}}})))
         .await
         .expect("update");
-    eventually("rolled out (currentRevision == updateRevision, 3 updated)", T, || async {
-        let s = api.get("web").await.expect("get").status.unwrap_or_default();
-        s.updated_replicas == Some(3) && s.ready_replicas == Some(3) && s.current_revision == s.update_revision && s.observed_generation == Some(2)
-    })
+    eventually(
+        "rolled out (currentRevision == updateRevision, 3 updated)",
+        T,
+        || async {
+            let s = api
+                .get("web")
+                .await
+                .expect("get")
+                .status
+                .unwrap_or_default();
+            s.updated_replicas == Some(3)
+                && s.ready_replicas == Some(3)
+                && s.current_revision == s.update_revision
+                && s.observed_generation == Some(2)
+        },
+    )
     .await;
-    let deleted: Vec<String> = events.lock().expect("lock").iter().filter(|e| e.starts_with('-')).cloned().collect();
+    let deleted: Vec<String> = events
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|e| e.starts_with('-'))
+        .cloned()
+        .collect();
     assert_eq!(deleted, ["-web-2", "-web-1", "-web-0"]);
-    let imgs: Vec<String> = live_pods(&env.client, "app=web").await.iter().filter_map(|p| p.spec.as_ref()?.containers[0].image.clone()).collect();
+    let imgs: Vec<String> = live_pods(&env.client, "app=web")
+        .await
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.containers[0].image.clone())
+        .collect();
     assert_eq!(imgs, ["nginx:2"; 3]);
 
     // Scale down: highest ordinal first.
     events.lock().expect("lock").clear();
-    api.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}})))
-        .await
-        .expect("scale");
-    eventually("1 left", T, || async { names(&live_pods(&env.client, "app=web").await) == ["web-0"] }).await;
+    api.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 1}})),
+    )
+    .await
+    .expect("scale");
+    eventually("1 left", T, || async {
+        names(&live_pods(&env.client, "app=web").await) == ["web-0"]
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(events.lock().expect("lock").clone(), ["-web-2", "-web-1"]);
     watch.abort();
     env.stop().await;
 }
 
-async fn node(client: &kube::Client, name: &str, labels: serde_json::Value, taints: serde_json::Value) {
+async fn node(
+    client: &kube::Client,
+    name: &str,
+    labels: serde_json::Value,
+    taints: serde_json::Value,
+) {
     let api: Api<Node> = Api::all(client.clone());
-    let n: Node = obj(json!({"metadata": {"name": name, "labels": labels}, "spec": {"taints": taints}}));
+    let n: Node =
+        obj(json!({"metadata": {"name": name, "labels": labels}, "spec": {"taints": taints}}));
     api.create(&PostParams::default(), &n).await.expect("node");
     let now = jiff::Timestamp::now().to_string();
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": {"conditions": [
@@ -130,9 +197,20 @@ async fn node(client: &kube::Client, name: &str, labels: serde_json::Value, tain
 }
 
 fn pinned_node(p: &Pod) -> Option<String> {
-    let terms = &p.spec.as_ref()?.affinity.as_ref()?.node_affinity.as_ref()?.required_during_scheduling_ignored_during_execution.as_ref()?.node_selector_terms;
+    let terms = &p
+        .spec
+        .as_ref()?
+        .affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()?
+        .node_selector_terms;
     let f = terms.first()?.match_fields.as_ref()?.first()?;
-    (f.key == "metadata.name").then(|| f.values.as_ref()?.first().cloned()).flatten()
+    (f.key == "metadata.name")
+        .then(|| f.values.as_ref()?.first().cloned())
+        .flatten()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,49 +218,97 @@ async fn daemonset_one_pod_per_eligible_node() {
     let env = start().await;
     let _k = kubelet(&env.client, all_ready);
     node(&env.client, "n1", json!({"disk": "ssd"}), json!([])).await;
-    node(&env.client, "n2", json!({"disk": "ssd"}), json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])).await;
+    node(
+        &env.client,
+        "n2",
+        json!({"disk": "ssd"}),
+        json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]),
+    )
+    .await;
     node(&env.client, "n3", json!({"disk": "hdd"}), json!([])).await;
     // unschedulable (cordoned) nodes still run daemons.
-    node(&env.client, "n4", json!({"disk": "ssd"}), json!([{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}])).await;
+    node(
+        &env.client,
+        "n4",
+        json!({"disk": "ssd"}),
+        json!([{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]),
+    )
+    .await;
     let api: Api<DaemonSet> = Api::default_namespaced(env.client.clone());
     let ds: DaemonSet = obj(json!({"metadata": {"name": "agent"}, "spec": {
         "selector": {"matchLabels": {"app": "agent"}},
         "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {
             "nodeSelector": {"disk": "ssd"},
             "containers": [{"name": "a", "image": "agent:1"}]}}}}));
-    api.create(&PostParams::default(), &ds).await.expect("create");
+    api.create(&PostParams::default(), &ds)
+        .await
+        .expect("create");
     eventually("pods on n1 and n4 only", T, || async {
-        let mut nodes: Vec<String> = live_pods(&env.client, "app=agent").await.iter().filter_map(pinned_node).collect();
+        let mut nodes: Vec<String> = live_pods(&env.client, "app=agent")
+            .await
+            .iter()
+            .filter_map(pinned_node)
+            .collect();
         nodes.sort();
         nodes == ["n1", "n4"]
     })
     .await;
     eventually("status", T, || async {
-        api.get("agent").await.expect("get").status.is_some_and(|s| {
-            s.desired_number_scheduled == 2 && s.current_number_scheduled == 2 && s.number_ready == 2 && s.updated_number_scheduled == Some(2)
-        })
+        api.get("agent")
+            .await
+            .expect("get")
+            .status
+            .is_some_and(|s| {
+                s.desired_number_scheduled == 2
+                    && s.current_number_scheduled == 2
+                    && s.number_ready == 2
+                    && s.updated_number_scheduled == Some(2)
+            })
     })
     .await;
     let p = &live_pods(&env.client, "app=agent").await[0];
-    let tol = p.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
-    assert!(tol.iter().any(|t| t.key.as_deref() == Some("node.kubernetes.io/unreachable") && t.effect.as_deref() == Some("NoExecute")));
-    assert!(p.spec.as_ref().and_then(|s| s.node_name.clone()).is_none(), "left to the scheduler");
+    let tol = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.clone())
+        .unwrap_or_default();
+    assert!(tol.iter().any(
+        |t| t.key.as_deref() == Some("node.kubernetes.io/unreachable")
+            && t.effect.as_deref() == Some("NoExecute")
+    ));
+    assert!(
+        p.spec.as_ref().and_then(|s| s.node_name.clone()).is_none(),
+        "left to the scheduler"
+    );
     // A new eligible node gets a pod; tolerating the taint adds n2.
     node(&env.client, "n5", json!({"disk": "ssd"}), json!([])).await;
     eventually("n5 gets a pod", T, || async {
-        live_pods(&env.client, "app=agent").await.iter().filter_map(pinned_node).any(|n| n == "n5")
+        live_pods(&env.client, "app=agent")
+            .await
+            .iter()
+            .filter_map(pinned_node)
+            .any(|n| n == "n5")
     })
     .await;
     api.patch("agent", &PatchParams::default(), &Patch::Merge(json!({"spec": {"template": {"spec": {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}}}})))
         .await
         .expect("tolerate");
-    eventually("n2 joins and all pods are on the new template", T, || async {
-        let ps = live_pods(&env.client, "app=agent").await;
-        let mut nodes: Vec<String> = ps.iter().filter_map(pinned_node).collect();
-        nodes.sort();
-        nodes == ["n1", "n2", "n4", "n5"]
-            && ps.iter().all(|p| p.spec.as_ref().and_then(|s| s.tolerations.as_ref()).is_some_and(|t| t.iter().any(|t| t.key.as_deref() == Some("dedicated"))))
-    })
+    eventually(
+        "n2 joins and all pods are on the new template",
+        T,
+        || async {
+            let ps = live_pods(&env.client, "app=agent").await;
+            let mut nodes: Vec<String> = ps.iter().filter_map(pinned_node).collect();
+            nodes.sort();
+            nodes == ["n1", "n2", "n4", "n5"]
+                && ps.iter().all(|p| {
+                    p.spec
+                        .as_ref()
+                        .and_then(|s| s.tolerations.as_ref())
+                        .is_some_and(|t| t.iter().any(|t| t.key.as_deref() == Some("dedicated")))
+                })
+        },
+    )
     .await;
     env.stop().await;
 }
@@ -190,48 +316,123 @@ async fn daemonset_one_pod_per_eligible_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cronjob_runs_on_schedule_with_injected_clock() {
     let clock = ManualClock::new(jiff::Timestamp::now());
-    let env = start_with(WorkloadOptions { clock: Arc::new(clock.clone()), job_backoff_base: Duration::ZERO, ..WorkloadOptions::default() }).await;
+    let env = start_with(WorkloadOptions {
+        clock: Arc::new(clock.clone()),
+        job_backoff_base: Duration::ZERO,
+        ..WorkloadOptions::default()
+    })
+    .await;
     let api: Api<CronJob> = Api::default_namespaced(env.client.clone());
     let cj: CronJob = obj(json!({"metadata": {"name": "tick"}, "spec": {
         "schedule": "*/5 * * * *", "concurrencyPolicy": "Forbid",
         "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}}));
-    api.create(&PostParams::default(), &cj).await.expect("create");
+    api.create(&PostParams::default(), &cj)
+        .await
+        .expect("create");
     let jobs: Api<Job> = Api::default_namespaced(env.client.clone());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(jobs.list(&ListParams::default()).await.expect("list").items.is_empty(), "no job before the first scheduled time");
+    assert!(
+        jobs.list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty(),
+        "no job before the first scheduled time"
+    );
     clock.advance(Duration::from_secs(300));
-    eventually("a job is created", T, || async { jobs.list(&ListParams::default()).await.expect("list").items.len() == 1 }).await;
+    eventually("a job is created", T, || async {
+        jobs.list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len()
+            == 1
+    })
+    .await;
     let j = &jobs.list(&ListParams::default()).await.expect("list").items[0];
     let jname = j.metadata.name.clone().expect("name");
-    let scheduled = j.metadata.annotations.as_ref().and_then(|a| a.get("batch.kubernetes.io/cronjob-scheduled-timestamp")).cloned().expect("annotation");
+    let scheduled = j
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("batch.kubernetes.io/cronjob-scheduled-timestamp"))
+        .cloned()
+        .expect("annotation");
     let ts: jiff::Timestamp = scheduled.parse().expect("timestamp");
     assert_eq!(ts.as_second() % 300, 0, "on a 5-minute boundary");
     assert_eq!(jname, format!("tick-{}", ts.as_second() / 60));
     eventually("status.active and lastScheduleTime", T, || async {
         api.get("tick").await.expect("get").status.is_some_and(|s| {
-            s.active.as_ref().is_some_and(|a| a.len() == 1) && s.last_schedule_time.is_some_and(|t| t.0 == ts)
+            s.active.as_ref().is_some_and(|a| a.len() == 1)
+                && s.last_schedule_time.is_some_and(|t| t.0 == ts)
         })
     })
     .await;
     // Forbid: the next time passes while the job runs: no second job.
     clock.advance(Duration::from_secs(300));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(jobs.list(&ListParams::default()).await.expect("list").items.len(), 1);
+    assert_eq!(
+        jobs.list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len(),
+        1
+    );
     // The job's pod succeeds → Complete → lastSuccessfulTime.
     let pods: Api<Pod> = Api::default_namespaced(env.client.clone());
-    eventually("job pod exists", T, || async { !pods.list(&ListParams::default().labels(&format!("job-name={jname}"))).await.expect("list").items.is_empty() }).await;
-    for p in pods.list(&ListParams::default().labels(&format!("job-name={jname}"))).await.expect("list").items {
-        set_pod_status(&env.client, "default", p.metadata.name.as_deref().unwrap_or_default(), Fate::Succeed, "").await;
+    eventually("job pod exists", T, || async {
+        !pods
+            .list(&ListParams::default().labels(&format!("job-name={jname}")))
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    })
+    .await;
+    for p in pods
+        .list(&ListParams::default().labels(&format!("job-name={jname}")))
+        .await
+        .expect("list")
+        .items
+    {
+        set_pod_status(
+            &env.client,
+            "default",
+            p.metadata.name.as_deref().unwrap_or_default(),
+            Fate::Succeed,
+            "",
+        )
+        .await;
     }
     eventually("lastSuccessfulTime set", T, || async {
-        api.get("tick").await.expect("get").status.is_some_and(|s| s.last_successful_time.is_some())
+        api.get("tick")
+            .await
+            .expect("get")
+            .status
+            .is_some_and(|s| s.last_successful_time.is_some())
     })
     .await;
     // The start Forbid held back is still within its window: it runs now
     // (once), as kube does.
-    eventually("the held-back start runs", T, || async { jobs.list(&ListParams::default()).await.expect("list").items.len() == 2 }).await;
+    eventually("the held-back start runs", T, || async {
+        jobs.list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len()
+            == 2
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(jobs.list(&ListParams::default()).await.expect("list").items.len(), 2);
+    assert_eq!(
+        jobs.list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len(),
+        2
+    );
     let s = api.get("tick").await.expect("get").status.expect("status");
     assert_eq!(s.active.map(|a| a.len()), Some(1));
     env.stop().await;
@@ -248,7 +449,12 @@ async fn node_lifecycle_marks_unreachable_and_evicts() {
     node(&env.client, "sick", json!({}), json!([])).await;
     let leases: Api<Lease> = Api::namespaced(env.client.clone(), "kube-node-lease");
     let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.client.clone());
-    let _ = ns_api.create(&PostParams::default(), &obj(json!({"metadata": {"name": "kube-node-lease"}}))).await;
+    let _ = ns_api
+        .create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": "kube-node-lease"}})),
+        )
+        .await;
     leases
         .create(&PostParams::default(), &obj(json!({"metadata": {"name": "sick"}, "spec": {"holderIdentity": "sick", "leaseDurationSeconds": 40, "renewTime": jiff::Timestamp::now().to_string()}})))
         .await
@@ -262,8 +468,18 @@ async fn node_lifecycle_marks_unreachable_and_evicts() {
         obj(json!({"metadata": {"name": name}, "spec": spec}))
     };
     pods.create(&PostParams::default(), &pod("short", json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1}]))).await.expect("pod");
-    pods.create(&PostParams::default(), &pod("none", json!([{"key": "other", "operator": "Exists"}]))).await.expect("pod");
-    pods.create(&PostParams::default(), &pod("default", serde_json::Value::Null)).await.expect("pod");
+    pods.create(
+        &PostParams::default(),
+        &pod("none", json!([{"key": "other", "operator": "Exists"}])),
+    )
+    .await
+    .expect("pod");
+    pods.create(
+        &PostParams::default(),
+        &pod("default", serde_json::Value::Null),
+    )
+    .await
+    .expect("pod");
     for n in ["short", "none", "default"] {
         set_pod_status(&env.client, "default", n, Fate::Ready, "10.9.0.1").await;
     }
@@ -271,31 +487,85 @@ async fn node_lifecycle_marks_unreachable_and_evicts() {
     // Heartbeats stop: Unknown + taints after the grace period.
     eventually("Ready=Unknown and unreachable taints", T, || async {
         let n = nodes.get("sick").await.expect("node");
-        let unknown = n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-            cs.iter().any(|c| c.type_ == "Ready" && c.status == "Unknown" && c.reason.as_deref() == Some("NodeStatusUnknown"))
-        });
+        let unknown = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "Ready"
+                        && c.status == "Unknown"
+                        && c.reason.as_deref() == Some("NodeStatusUnknown")
+                })
+            });
         let taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
         unknown
-            && taints.iter().any(|t| t.key == "node.kubernetes.io/unreachable" && t.effect == "NoExecute")
-            && taints.iter().any(|t| t.key == "node.kubernetes.io/unreachable" && t.effect == "NoSchedule")
+            && taints
+                .iter()
+                .any(|t| t.key == "node.kubernetes.io/unreachable" && t.effect == "NoExecute")
+            && taints
+                .iter()
+                .any(|t| t.key == "node.kubernetes.io/unreachable" && t.effect == "NoSchedule")
     })
     .await;
-    eventually("untolerating pod evicted at once", Duration::from_secs(5), || async { pods.get_opt("none").await.expect("get").is_none() }).await;
-    eventually("1 s toleration pod evicted", Duration::from_secs(10), || async { pods.get_opt("short").await.expect("get").is_none() }).await;
-    let d = pods.get("default").await.expect("300 s default toleration keeps the pod");
-    assert!(d.spec.as_ref().and_then(|s| s.tolerations.as_ref()).is_some_and(|t| t.iter().any(|t| t.toleration_seconds == Some(300))));
-    let ready = d.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "Ready")).map(|c| c.status.clone());
-    assert_eq!(ready.as_deref(), Some("False"), "pods of an unreachable node are marked not ready");
+    eventually(
+        "untolerating pod evicted at once",
+        Duration::from_secs(5),
+        || async { pods.get_opt("none").await.expect("get").is_none() },
+    )
+    .await;
+    eventually(
+        "1 s toleration pod evicted",
+        Duration::from_secs(10),
+        || async { pods.get_opt("short").await.expect("get").is_none() },
+    )
+    .await;
+    let d = pods
+        .get("default")
+        .await
+        .expect("300 s default toleration keeps the pod");
+    assert!(
+        d.spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.toleration_seconds == Some(300)))
+    );
+    let ready = d
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.clone());
+    assert_eq!(
+        ready.as_deref(),
+        Some("False"),
+        "pods of an unreachable node are marked not ready"
+    );
 
     // Heartbeats resume: the kubelet posts Ready, the taints go.
-    leases.patch("sick", &PatchParams::default(), &Patch::Merge(json!({"spec": {"renewTime": jiff::Timestamp::now().to_string()}}))).await.expect("renew");
+    leases
+        .patch(
+            "sick",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"renewTime": jiff::Timestamp::now().to_string()}})),
+        )
+        .await
+        .expect("renew");
     let now = jiff::Timestamp::now().to_string();
     nodes.patch_status("sick", &PatchParams::default(), &Patch::Merge(json!({"status": {"conditions": [
         {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now, "lastTransitionTime": now}]}})))
         .await
         .expect("ready");
     eventually("taints removed", T, || async {
-        nodes.get("sick").await.expect("node").spec.and_then(|s| s.taints).unwrap_or_default().iter().all(|t| t.key != "node.kubernetes.io/unreachable")
+        nodes
+            .get("sick")
+            .await
+            .expect("node")
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .all(|t| t.key != "node.kubernetes.io/unreachable")
     })
     .await;
     env.stop().await;

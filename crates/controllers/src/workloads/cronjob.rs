@@ -35,7 +35,7 @@ pub const SCHEDULED_TIMESTAMP: &str = "batch.kubernetes.io/cronjob-scheduled-tim
 
 /// Register the controller with `mgr`.
 pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
-    mgr.controller::<CronJob, _>("cronjob", ctx.clone())
+    mgr.controller::<CronJob, _>("cronjob", super::Shared(ctx.clone()))
         .owns::<Job>()
         .max_concurrent_reconciles(ctx.opts.concurrency)
         .register(reconcile);
@@ -45,7 +45,11 @@ fn finished(j: &Job) -> Option<(&'static str, Option<Timestamp>)> {
     let conds = j.status.as_ref()?.conditions.as_ref()?;
     for c in conds {
         if c.status == "True" && (c.type_ == "Complete" || c.type_ == "Failed") {
-            let kind = if c.type_ == "Complete" { "Complete" } else { "Failed" };
+            let kind = if c.type_ == "Complete" {
+                "Complete"
+            } else {
+                "Failed"
+            };
             let at = j
                 .status
                 .as_ref()
@@ -70,7 +74,7 @@ fn job_ref(j: &Job) -> ObjectReference {
     }
 }
 
-async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Arc<Ctx>>) -> Result<Action, ReconcileError> {
+async fn reconcile(cj: Arc<CronJob>, ctx: Arc<super::Shared>) -> Result<Action, ReconcileError> {
     let ctx: &Ctx = &ctx;
     if cj.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -175,7 +179,12 @@ async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Recon
                 if too_late {
                     let _ = ctx
                         .events
-                        .warning(&*cj, "MissSchedule", "Schedule", &format!("Missed scheduled time to start a job: {at}"))
+                        .warning(
+                            &*cj,
+                            "MissSchedule",
+                            "Schedule",
+                            &format!("Missed scheduled time to start a job: {at}"),
+                        )
                         .await;
                 } else if policy == "Forbid" && !active.is_empty() {
                     // Not now; looked at again when the running Job finishes.
@@ -196,7 +205,12 @@ async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Recon
                             active.push(job_ref(&j));
                             let _ = ctx
                                 .events
-                                .normal(&*cj, "SuccessfulCreate", "Create", &format!("Created job {}", j.metadata.name.unwrap_or_default()))
+                                .normal(
+                                    &*cj,
+                                    "SuccessfulCreate",
+                                    "Create",
+                                    &format!("Created job {}", j.metadata.name.unwrap_or_default()),
+                                )
                                 .await;
                         }
                         // Created before (a stale cache): fine.
@@ -226,7 +240,13 @@ async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Recon
         "lastScheduleTime": last_schedule.map(|t| t.to_string()),
         "lastSuccessfulTime": last_success.map(|t| t.to_string()),
     });
-    let old_names: Vec<Option<String>> = old.active.clone().unwrap_or_default().into_iter().map(|r| r.name).collect();
+    let old_names: Vec<Option<String>> = old
+        .active
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
     let new_names: Vec<Option<String>> = active.iter().map(|r| r.name.clone()).collect();
     let same = old_names == new_names
         && old.last_schedule_time.as_ref().map(|t| t.0) == last_schedule
@@ -259,7 +279,9 @@ fn parse(schedule: &str, tz: Option<&str>) -> Result<(croner::Cron, TimeZone), S
         .map_err(|e| format!("unparseable schedule {schedule:?}: {e}"))?;
     let tz = match tz {
         None | Some("UTC") | Some("Etc/UTC") | Some("") => TimeZone::UTC,
-        Some(name) => TimeZone::get(name).map_err(|e| format!("unknown time zone {name:?}: {e}"))?,
+        Some(name) => {
+            TimeZone::get(name).map_err(|e| format!("unknown time zone {name:?}: {e}"))?
+        }
     };
     Ok((cron, tz))
 }
@@ -272,7 +294,11 @@ fn next_after(cron: &croner::Cron, tz: &TimeZone, t: Timestamp) -> Option<Timest
 
 fn job_for(cj: &CronJob, at: Timestamp) -> Job {
     let name = cj.metadata.name.clone().unwrap_or_default();
-    let tmpl = cj.spec.as_ref().map(|s| s.job_template.clone()).unwrap_or_default();
+    let tmpl = cj
+        .spec
+        .as_ref()
+        .map(|s| s.job_template.clone())
+        .unwrap_or_default();
     let tm = tmpl.metadata.unwrap_or_default();
     let mut annotations = tm.annotations.unwrap_or_default();
     annotations.insert(SCHEDULED_TIMESTAMP.into(), at.to_string());

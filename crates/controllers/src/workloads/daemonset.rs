@@ -38,7 +38,7 @@ pub const REVISION_HASH: &str = "controller-revision-hash";
 pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
     let idx = ctx.clone();
     let all = ctx.clone();
-    mgr.controller::<DaemonSet, _>("daemonset", ctx.clone())
+    mgr.controller::<DaemonSet, _>("daemonset", super::Shared(ctx.clone()))
         .watches::<Pod, _>(move |pod| {
             idx.pod_index.observe(pod);
             let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
@@ -124,20 +124,22 @@ fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool
 pub(crate) fn node_selector_matches(sel: &NodeSelector, node: &Node) -> bool {
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let name = node.metadata.name.clone().unwrap_or_default();
-    sel.node_selector_terms.iter().any(|term: &NodeSelectorTerm| {
-        let exprs = term.match_expressions.clone().unwrap_or_default();
-        let fields = term.match_fields.clone().unwrap_or_default();
-        if exprs.is_empty() && fields.is_empty() {
-            return false;
-        }
-        exprs
-            .iter()
-            .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-            && fields.iter().all(|r| {
-                let v = (r.key == "metadata.name").then_some(name.as_str());
-                requirement_matches(r, v)
-            })
-    })
+    sel.node_selector_terms
+        .iter()
+        .any(|term: &NodeSelectorTerm| {
+            let exprs = term.match_expressions.clone().unwrap_or_default();
+            let fields = term.match_fields.clone().unwrap_or_default();
+            if exprs.is_empty() && fields.is_empty() {
+                return false;
+            }
+            exprs
+                .iter()
+                .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
+                && fields.iter().all(|r| {
+                    let v = (r.key == "metadata.name").then_some(name.as_str());
+                    requirement_matches(r, v)
+                })
+        })
 }
 
 /// Whether a daemon pod of `template_spec` should run on `node`.
@@ -155,7 +157,10 @@ fn should_run(spec: &k8s_openapi::api::core::v1::PodSpec, node: &Node) -> bool {
         .affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
         && !node_selector_matches(sel, node)
     {
         return false;
@@ -196,7 +201,7 @@ fn pod_node(p: &Pod) -> Option<String> {
     })
 }
 
-async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, ReconcileError> {
+async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<super::Shared>) -> Result<Action, ReconcileError> {
     let ctx: &Ctx = &ctx;
     let key = format!("ds/{}", key_of(&ds.metadata));
     if ds.metadata.deletion_timestamp.is_some() {
@@ -210,12 +215,18 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Rec
     let pod_spec = template.spec.clone().unwrap_or_default();
     let hash = util::template_hash(
         &template,
-        ds.status.as_ref().and_then(|s| s.collision_count).filter(|c| *c > 0),
+        ds.status
+            .as_ref()
+            .and_then(|s| s.collision_count)
+            .filter(|c| *c > 0),
     );
     let uid = ds.metadata.uid.clone().unwrap_or_default();
     let pods = ctx.pod_index.owned_by(&ctx.pods, &uid);
     let mut by_node: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
-    for p in pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
+    for p in pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
         if let Some(n) = pod_node(p) {
             by_node.entry(n).or_default().push(p.clone());
         }
@@ -237,7 +248,8 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Rec
         if run {
             desired += 1;
             // Failed pods are deleted (and replaced next time).
-            let (failed, live): (Vec<_>, Vec<_>) = here.into_iter().partition(|p| util::phase(p) == "Failed");
+            let (failed, live): (Vec<_>, Vec<_>) =
+                here.into_iter().partition(|p| util::phase(p) == "Failed");
             delete.extend(failed);
             match live.len() {
                 0 => create_on.push(node_name),
@@ -286,7 +298,9 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Rec
                 .rolling_update
                 .as_ref()
                 .and_then(|r| r.max_unavailable.as_ref())
-                .or(Some(&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))),
+                .or(Some(
+                    &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1),
+                )),
             desired,
             true,
         )
@@ -316,13 +330,15 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Rec
                 .get_or_insert_with(BTreeMap::new)
                 .insert(REVISION_HASH.into(), hash.clone());
             let pp = PostParams::default();
-            let results = join_all(create_on.iter().take(ctx.opts.burst_replicas.max(1)).map(|node| {
-                let mut pod = util::pod_from_template(&t, owner.clone(), None, &name);
-                pin_to_node(&mut pod, node);
-                let api = api.clone();
-                let pp = &pp;
-                async move { api.create(pp, &pod).await }
-            }))
+            let results = join_all(create_on.iter().take(ctx.opts.burst_replicas.max(1)).map(
+                |node| {
+                    let mut pod = util::pod_from_template(&t, owner.clone(), None, &name);
+                    pin_to_node(&mut pod, node);
+                    let api = api.clone();
+                    let pp = &pp;
+                    async move { api.create(pp, &pod).await }
+                },
+            ))
             .await;
             for r in results {
                 match r {
@@ -367,7 +383,10 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Rec
         }
     }
     if let Some(e) = failure {
-        let _ = ctx.events.warning(&*ds, "FailedCreate", "Create", &e.to_string()).await;
+        let _ = ctx
+            .events
+            .warning(&*ds, "FailedCreate", "Create", &e.to_string())
+            .await;
         return Err(ReconcileError::new(e));
     }
     Ok(if min_ready > 0 && available < current {
@@ -381,7 +400,9 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Rec
 /// by name (kube's `ReplaceDaemonSetPodNodeNameNodeAffinity`), and add
 /// the daemon tolerations.
 fn pin_to_node(pod: &mut Pod, node: &str) {
-    let Some(spec) = pod.spec.as_mut() else { return };
+    let Some(spec) = pod.spec.as_mut() else {
+        return;
+    };
     let term = NodeSelectorTerm {
         match_fields: Some(vec![NodeSelectorRequirement {
             key: "metadata.name".into(),
@@ -391,13 +412,18 @@ fn pin_to_node(pod: &mut Pod, node: &str) {
         match_expressions: None,
     };
     let affinity = spec.affinity.get_or_insert_with(Affinity::default);
-    let na = affinity.node_affinity.get_or_insert_with(NodeAffinity::default);
+    let na = affinity
+        .node_affinity
+        .get_or_insert_with(NodeAffinity::default);
     na.required_during_scheduling_ignored_during_execution = Some(NodeSelector {
         node_selector_terms: vec![term],
     });
     let mut tolerations = spec.tolerations.clone().unwrap_or_default();
     for t in daemon_tolerations(spec.host_network.unwrap_or(false)) {
-        if !tolerations.iter().any(|x| x.key == t.key && x.effect == t.effect) {
+        if !tolerations
+            .iter()
+            .any(|x| x.key == t.key && x.effect == t.effect)
+        {
             tolerations.push(t);
         }
     }

@@ -37,7 +37,7 @@ pub const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
 
 /// Register the controller with `mgr`.
 pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
-    mgr.controller::<Deployment, _>("deployment", ctx.clone())
+    mgr.controller::<Deployment, _>("deployment", super::Shared(ctx.clone()))
         .owns::<ReplicaSet>()
         .max_concurrent_reconciles(ctx.opts.concurrency)
         .register(reconcile);
@@ -62,7 +62,10 @@ fn available_of(rs: &ReplicaSet) -> i32 {
         .unwrap_or(0)
 }
 fn ready_of(rs: &ReplicaSet) -> i32 {
-    rs.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0)
+    rs.status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0)
 }
 fn annotation_i32(meta: &ObjectMeta, key: &str) -> Option<i32> {
     meta.annotations.as_ref()?.get(key)?.parse().ok()
@@ -106,7 +109,11 @@ fn plan(d: &Deployment) -> Result<Plan, String> {
     }
     let ru = strategy.rolling_update.unwrap_or_default();
     let pct25 = k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("25%".into());
-    let surge = util::scaled(Some(ru.max_surge.as_ref().unwrap_or(&pct25)), replicas, true)?;
+    let surge = util::scaled(
+        Some(ru.max_surge.as_ref().unwrap_or(&pct25)),
+        replicas,
+        true,
+    )?;
     let mut unavailable = util::scaled(
         Some(ru.max_unavailable.as_ref().unwrap_or(&pct25)),
         replicas,
@@ -118,7 +125,11 @@ fn plan(d: &Deployment) -> Result<Plan, String> {
     Ok(Plan {
         replicas,
         max_surge: surge,
-        max_unavailable: if replicas == 0 { 0 } else { unavailable.min(replicas) },
+        max_unavailable: if replicas == 0 {
+            0
+        } else {
+            unavailable.min(replicas)
+        },
         rolling,
     })
 }
@@ -136,7 +147,7 @@ struct Sync<'a> {
     collision_count: Option<i32>,
 }
 
-async fn reconcile(d: Arc<Deployment>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Err> {
+async fn reconcile(d: Arc<Deployment>, ctx: Arc<super::Shared>) -> Result<Action, Err> {
     let ctx: &Ctx = &ctx;
     if d.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -147,7 +158,12 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Err
         Ok(None) => {
             let _ = ctx
                 .events
-                .warning(&*d, "SelectingAll", "Sync", "This deployment is selecting all pods. A non-empty selector is required.")
+                .warning(
+                    &*d,
+                    "SelectingAll",
+                    "Sync",
+                    "This deployment is selecting all pods. A non-empty selector is required.",
+                )
                 .await;
             return Ok(Action::await_change());
         }
@@ -162,10 +178,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Err
     let plan = match plan(&d) {
         Ok(p) => p,
         Err(e) => {
-            let _ = ctx
-                .events
-                .warning(&*d, "InvalidStrategy", "Sync", &e)
-                .await;
+            let _ = ctx.events.warning(&*d, "InvalidStrategy", "Sync", &e).await;
             return Ok(Action::await_change());
         }
     };
@@ -231,7 +244,10 @@ async fn claim(
                     refs.push(owner);
                     let patch = json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid, "resourceVersion": rs.metadata.resource_version}});
                     let name = rs.metadata.name.clone().unwrap_or_default();
-                    match api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
+                    match api
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                    {
                         Ok(adopted) => out.push(adopted),
                         Err(e) if crate::is_conflict(&e) || crate::is_not_found(&e) => {}
                         Err(e) => return Err(e),
@@ -300,7 +316,13 @@ impl Sync<'_> {
     }
 
     fn paused_conditions(&mut self, paused: bool) {
-        if self.d.spec.as_ref().and_then(|s| s.progress_deadline_seconds).is_none() {
+        if self
+            .d
+            .spec
+            .as_ref()
+            .and_then(|s| s.progress_deadline_seconds)
+            .is_none()
+        {
             return;
         }
         let reason = condition(&self.conditions, "Progressing").and_then(|c| c.reason.clone());
@@ -405,13 +427,24 @@ impl Sync<'_> {
                 let rev = revision_of(&self.rss[i].metadata);
                 self.sync_deployment_revision(rev).await?;
                 if condition(&self.conditions, "Progressing").is_none()
-                    && self.d.spec.as_ref().and_then(|s| s.progress_deadline_seconds).is_some()
+                    && self
+                        .d
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.progress_deadline_seconds)
+                        .is_some()
                 {
                     let msg = format!(
                         "Found new replica set {:?}",
                         self.rss[i].metadata.name.clone().unwrap_or_default()
                     );
-                    set_condition(&mut self.conditions, "Progressing", "True", "FoundNewReplicaSet", msg);
+                    set_condition(
+                        &mut self.conditions,
+                        "Progressing",
+                        "True",
+                        "FoundNewReplicaSet",
+                        msg,
+                    );
                 }
                 Ok(())
             }
@@ -507,7 +540,13 @@ impl Sync<'_> {
             Err(e) => {
                 if crate::status_code(&e).is_some_and(|c| c == 422 || c == 403) {
                     let msg = e.to_string();
-                    set_condition(&mut self.conditions, "ReplicaFailure", "True", "FailedCreate", msg.clone());
+                    set_condition(
+                        &mut self.conditions,
+                        "ReplicaFailure",
+                        "True",
+                        "FailedCreate",
+                        msg.clone(),
+                    );
                     let _ = self.write_status(None).await;
                     let _ = self
                         .ctx
@@ -530,7 +569,13 @@ impl Sync<'_> {
                 )
                 .await;
         }
-        if self.d.spec.as_ref().and_then(|s| s.progress_deadline_seconds).is_some() {
+        if self
+            .d
+            .spec
+            .as_ref()
+            .and_then(|s| s.progress_deadline_seconds)
+            .is_some()
+        {
             set_condition(
                 &mut self.conditions,
                 "Progressing",
@@ -565,7 +610,8 @@ impl Sync<'_> {
         let desired = self.plan.replicas.to_string();
         let max = (self.plan.replicas + self.plan.max_surge).to_string();
         let ann = rs.metadata.annotations.clone().unwrap_or_default();
-        let ann_ok = ann.get(DESIRED_REPLICAS) == Some(&desired) && ann.get(MAX_REPLICAS) == Some(&max);
+        let ann_ok =
+            ann.get(DESIRED_REPLICAS) == Some(&desired) && ann.get(MAX_REPLICAS) == Some(&max);
         if from == to && ann_ok {
             return Ok(false);
         }
@@ -649,9 +695,9 @@ impl Sync<'_> {
         }
         let all_pods: i32 = self.rss.iter().map(replicas_of).sum();
         let min_available = self.plan.replicas - self.plan.max_unavailable;
-        let new_unavailable = self
-            .new
-            .map_or(0, |n| replicas_of(&self.rss[n]) - available_of(&self.rss[n]));
+        let new_unavailable = self.new.map_or(0, |n| {
+            replicas_of(&self.rss[n]) - available_of(&self.rss[n])
+        });
         let max_scaled_down = all_pods - min_available - new_unavailable;
         if max_scaled_down <= 0 {
             return Ok(false);
@@ -775,7 +821,11 @@ impl Sync<'_> {
             return Ok(());
         }
         let total: i32 = active.iter().map(|i| replicas_of(&self.rss[*i])).sum();
-        let allowed = if want > 0 { want + self.plan.max_surge } else { 0 };
+        let allowed = if want > 0 {
+            want + self.plan.max_surge
+        } else {
+            0
+        };
         let to_add = allowed - total;
         let mut order = active.clone();
         // Larger first; newer first when adding, older first when removing.
@@ -800,11 +850,16 @@ impl Sync<'_> {
                 let annotated = annotation_i32(&self.rss[i].metadata, MAX_REPLICAS)
                     .unwrap_or_else(|| self.d.status.as_ref().and_then(|s| s.replicas).unwrap_or(0))
                     .max(1);
-                let size = f64::from(r) * f64::from(want + self.plan.max_surge) / f64::from(annotated);
+                let size =
+                    f64::from(r) * f64::from(want + self.plan.max_surge) / f64::from(annotated);
                 size.round() as i32 - r
             };
             let left = to_add - added;
-            let p = if to_add > 0 { fraction.min(left) } else { fraction.max(left) };
+            let p = if to_add > 0 {
+                fraction.min(left)
+            } else {
+                fraction.max(left)
+            };
             sizes.push((i, r + p));
             added += p;
         }
@@ -838,7 +893,8 @@ impl Sync<'_> {
         let mut removed = Vec::new();
         for i in olds.into_iter().take(usize::try_from(excess).unwrap_or(0)) {
             let rs = &self.rss[i];
-            let settled = rs.status.as_ref().and_then(|s| s.observed_generation) >= rs.metadata.generation;
+            let settled =
+                rs.status.as_ref().and_then(|s| s.observed_generation) >= rs.metadata.generation;
             if replicas_of(rs) != 0 || status_replicas(rs) != 0 || !settled {
                 continue;
             }
@@ -853,10 +909,10 @@ impl Sync<'_> {
         removed.sort_unstable();
         for i in removed.into_iter().rev() {
             self.rss.remove(i);
-            if let Some(n) = self.new {
-                if n > i {
-                    self.new = Some(n - 1);
-                }
+            if let Some(n) = self.new
+                && n > i
+            {
+                self.new = Some(n - 1);
             }
         }
         Ok(())
@@ -922,7 +978,11 @@ impl Sync<'_> {
     /// status; requeued to notice the progress deadline.
     async fn sync_rollout_status(mut self) -> Result<Action, Err> {
         let mut status = self.calculate_status();
-        let deadline = self.d.spec.as_ref().and_then(|s| s.progress_deadline_seconds);
+        let deadline = self
+            .d
+            .spec
+            .as_ref()
+            .and_then(|s| s.progress_deadline_seconds);
         let mut conds = status.conditions.take().unwrap_or_default();
         if deadline.is_none() {
             conds.retain(|c| c.type_ != "Progressing");
@@ -966,7 +1026,8 @@ impl Sync<'_> {
             } else if let Some(c) = &current {
                 let timed_out = c.reason.as_deref() == Some("ProgressDeadlineExceeded")
                     || c.last_update_time.as_ref().is_some_and(|t| {
-                        let at = t.0.checked_add(jiff::SignedDuration::from_secs(i64::from(deadline)));
+                        let at =
+                            t.0.checked_add(jiff::SignedDuration::from_secs(i64::from(deadline)));
                         at.is_ok_and(|at| at < jiff::Timestamp::now())
                     });
                 if timed_out && c.reason.as_deref() != Some("DeploymentPaused") {
@@ -979,7 +1040,8 @@ impl Sync<'_> {
                     );
                 } else if let Some(t) = &c.last_update_time {
                     // Look again when the deadline passes.
-                    let at = t.0.checked_add(jiff::SignedDuration::from_secs(i64::from(deadline)));
+                    let at =
+                        t.0.checked_add(jiff::SignedDuration::from_secs(i64::from(deadline)));
                     if let Ok(at) = at {
                         let wait = at.duration_since(jiff::Timestamp::now());
                         if let Ok(w) = Duration::try_from(wait) {

@@ -33,7 +33,7 @@ const MAX_PER_SLICE: usize = 100;
 pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
     let services = ctx.services.clone();
     let idx = ctx.clone();
-    mgr.controller::<Service, _>("endpointslice", ctx.clone())
+    mgr.controller::<Service, _>("endpointslice", super::Shared(ctx.clone()))
         .owns::<EndpointSlice>()
         .watches::<Pod, _>(move |pod| {
             idx.pod_index.observe(pod);
@@ -69,7 +69,12 @@ type Port = (Option<String>, i32, String);
 
 fn resolve_ports(svc: &Service, pod: &Pod) -> Vec<Port> {
     let mut out = Vec::new();
-    for p in svc.spec.as_ref().and_then(|s| s.ports.clone()).unwrap_or_default() {
+    for p in svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.clone())
+        .unwrap_or_default()
+    {
         let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".into());
         let port = match &p.target_port {
             None => Some(p.port),
@@ -91,7 +96,7 @@ fn resolve_ports(svc: &Service, pod: &Pod) -> Vec<Port> {
     out
 }
 
-async fn reconcile(svc: Arc<Service>, ctx: Arc<Arc<Ctx>>) -> Result<Action, ReconcileError> {
+async fn reconcile(svc: Arc<Service>, ctx: Arc<super::Shared>) -> Result<Action, ReconcileError> {
     let ctx: &Ctx = &ctx;
     let Some(sel) = service_selector(&svc) else {
         return Ok(Action::await_change());
@@ -135,7 +140,8 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Reco
             .and_then(|s| s.pod_ip.clone())
             .unwrap_or_default();
         let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
-        let target = json!({"kind": "Pod", "namespace": ns, "name": p.metadata.name, "uid": p.metadata.uid});
+        let target =
+            json!({"kind": "Pod", "namespace": ns, "name": p.metadata.name, "uid": p.metadata.uid});
         let mut ep = json!({
             "addresses": [ip],
             "conditions": {"ready": ready || publish_not_ready, "serving": util::is_ready(p), "terminating": terminating},
@@ -207,7 +213,8 @@ async fn sync_slices(
         .filter(|s| {
             s.metadata.labels.as_ref().is_some_and(|l| {
                 l.get(SERVICE_NAME_LABEL).map(String::as_str) == Some(name)
-                    && l.get("endpointslice.kubernetes.io/managed-by").map(String::as_str)
+                    && l.get("endpointslice.kubernetes.io/managed-by")
+                        .map(String::as_str)
                         == Some(MANAGED_BY)
             })
         })
@@ -235,7 +242,8 @@ async fn sync_slices(
                 }
                 body["metadata"]["name"] = json!(cur.metadata.name);
                 body["metadata"]["resourceVersion"] = json!(cur.metadata.resource_version);
-                let slice: EndpointSlice = serde_json::from_value(body).map_err(ReconcileError::new)?;
+                let slice: EndpointSlice =
+                    serde_json::from_value(body).map_err(ReconcileError::new)?;
                 let n = cur.metadata.name.clone().unwrap_or_default();
                 api.replace(&n, &PostParams::default(), &slice)
                     .await
@@ -243,7 +251,8 @@ async fn sync_slices(
             }
             None => {
                 body["metadata"]["generateName"] = json!(format!("{name}-"));
-                let slice: EndpointSlice = serde_json::from_value(body).map_err(ReconcileError::new)?;
+                let slice: EndpointSlice =
+                    serde_json::from_value(body).map_err(ReconcileError::new)?;
                 api.create(&PostParams::default(), &slice)
                     .await
                     .map_err(ReconcileError::new)?;
@@ -285,10 +294,7 @@ async fn sync_endpoints(
         })
         .collect();
     let api: Api<Endpoints> = Api::namespaced(ctx.client.clone(), ns);
-    let current = match api.get_opt(name).await.map_err(ReconcileError::new)? {
-        Some(c) => Some(c),
-        None => None,
-    };
+    let current = api.get_opt(name).await.map_err(ReconcileError::new)?;
     let body = json!({
         "apiVersion": "v1", "kind": "Endpoints",
         "metadata": {"name": name, "labels": {"endpoints.kubernetes.io/managed-by": "endpoint-controller"}},
@@ -305,16 +311,15 @@ async fn sync_endpoints(
             }
             ep.metadata.resource_version = cur.metadata.resource_version.clone();
             ep.metadata.annotations = cur.metadata.annotations.clone();
-            match api.replace(name, &PostParams::default(), &ep).await {
-                Ok(_) => Ok(()),
-                Err(e) if crate::is_conflict(&e) => Err(ReconcileError::new(e)),
-                Err(e) => Err(ReconcileError::new(e)),
-            }
+            api.replace(name, &PostParams::default(), &ep)
+                .await
+                .map(|_| ())
+                .map_err(ReconcileError::new)
         }
-        None => match api.create(&PostParams::default(), &ep).await {
-            Ok(_) => Ok(()),
-            Err(e) if crate::status_code(&e) == Some(409) => Err(ReconcileError::new(e)),
-            Err(e) => Err(ReconcileError::new(e)),
-        },
+        None => api
+            .create(&PostParams::default(), &ep)
+            .await
+            .map(|_| ())
+            .map_err(ReconcileError::new),
     }
 }

@@ -35,7 +35,7 @@ use super::util::{self, controller_of, is_active, key_of};
 /// Register the controller with `mgr`.
 pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
     let idx = ctx.clone();
-    mgr.controller::<Job, _>("job", ctx.clone())
+    mgr.controller::<Job, _>("job", super::Shared(ctx.clone()))
         .watches::<Pod, _>(move |pod| {
             idx.pod_index.observe(pod);
             let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
@@ -48,7 +48,8 @@ pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
 }
 
 fn ts_add(t: jiff::Timestamp, secs: i64) -> jiff::Timestamp {
-    t.checked_add(jiff::SignedDuration::from_secs(secs)).unwrap_or(t)
+    t.checked_add(jiff::SignedDuration::from_secs(secs))
+        .unwrap_or(t)
 }
 
 fn until(at: jiff::Timestamp, now: jiff::Timestamp) -> Duration {
@@ -75,7 +76,7 @@ fn set_cond(conds: &mut Vec<JobCondition>, t: &str, reason: &str, message: &str)
     });
 }
 
-async fn reconcile(job: Arc<Job>, ctx: Arc<Arc<Ctx>>) -> Result<Action, ReconcileError> {
+async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, ReconcileError> {
     let ctx: &Ctx = &ctx;
     let key = format!("job/{}", key_of(&job.metadata));
     if job.metadata.deletion_timestamp.is_some() {
@@ -107,7 +108,9 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Reconcil
             .unwrap_or(now);
         let expire = ts_add(finished, i64::from(ttl));
         if expire > now {
-            return Ok(Action::requeue(until(expire, now) + Duration::from_millis(10)));
+            return Ok(Action::requeue(
+                until(expire, now) + Duration::from_millis(10),
+            ));
         }
         let api: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
         let mut dp = DeleteParams::background();
@@ -126,13 +129,19 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Reconcil
     let uid = job.metadata.uid.clone().unwrap_or_default();
     let pods = ctx.pod_index.owned_by(&ctx.pods, &uid);
     let active: Vec<&Arc<Pod>> = pods.iter().filter(|p| is_active(p)).collect();
-    let succeeded_seen = pods.iter().filter(|p| util::phase(p) == "Succeeded").count() as i32;
+    let succeeded_seen = pods
+        .iter()
+        .filter(|p| util::phase(p) == "Succeeded")
+        .count() as i32;
     let failed_seen = pods.iter().filter(|p| util::phase(p) == "Failed").count() as i32;
     let succeeded = old.succeeded.unwrap_or(0).max(succeeded_seen);
     let failed = old.failed.unwrap_or(0).max(failed_seen);
     let ready = active.iter().filter(|p| util::is_ready(p)).count() as i32;
     let suspended = spec.suspend.unwrap_or(false);
-    let start_time = old.start_time.clone().or_else(|| (!suspended).then(util::now_time));
+    let start_time = old
+        .start_time
+        .clone()
+        .or_else(|| (!suspended).then(util::now_time));
 
     let completions = spec.completions;
     let parallelism = spec.parallelism.unwrap_or(1).max(0);
@@ -146,13 +155,28 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Reconcil
             None => succeeded > 0 && active.is_empty(),
         };
         if complete {
-            set_cond(&mut conds, "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods");
+            set_cond(
+                &mut conds,
+                "SuccessCriteriaMet",
+                "CompletionsReached",
+                "Reached expected number of succeeded pods",
+            );
         } else if failed > backoff_limit {
-            set_cond(&mut conds, "FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit");
+            set_cond(
+                &mut conds,
+                "FailureTarget",
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit",
+            );
         } else if let (Some(ads), Some(st)) = (spec.active_deadline_seconds, start_time.as_ref()) {
             let deadline = ts_add(st.0, ads);
             if deadline <= now {
-                set_cond(&mut conds, "FailureTarget", "DeadlineExceeded", "Job was active longer than specified deadline");
+                set_cond(
+                    &mut conds,
+                    "FailureTarget",
+                    "DeadlineExceeded",
+                    "Job was active longer than specified deadline",
+                );
             } else {
                 requeue = Some(until(deadline, now) + Duration::from_millis(10));
             }
@@ -204,7 +228,12 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Reconcil
     let still_active = pods.iter().any(|p| is_active(p));
     if finishing && !still_active {
         if cond_true(&conds, "SuccessCriteriaMet") {
-            set_cond(&mut conds, "Complete", "CompletionsReached", "Reached expected number of succeeded pods");
+            set_cond(
+                &mut conds,
+                "Complete",
+                "CompletionsReached",
+                "Reached expected number of succeeded pods",
+            );
             completion_time = completion_time.or_else(|| Some(util::now_time()));
         } else if let Some(ft) = conds.iter().find(|c| c.type_ == "FailureTarget").cloned() {
             set_cond(
@@ -215,15 +244,24 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Reconcil
             );
         }
         if let Some(ttl) = spec.ttl_seconds_after_finished {
-            requeue = Some(Duration::from_secs(u64::try_from(ttl).unwrap_or(0)) + Duration::from_millis(10));
+            requeue = Some(
+                Duration::from_secs(u64::try_from(ttl).unwrap_or(0)) + Duration::from_millis(10),
+            );
         }
     }
     if suspended {
         set_cond(&mut conds, "Suspended", "JobSuspended", "Job suspended");
-    } else if conds.iter().any(|c| c.type_ == "Suspended" && c.status == "True") {
+    } else if conds
+        .iter()
+        .any(|c| c.type_ == "Suspended" && c.status == "True")
+    {
         conds.retain(|c| c.type_ != "Suspended");
     }
-    let active_now = if finishing { still_active_count(&pods) } else { active.len() as i32 };
+    let active_now = if finishing {
+        still_active_count(&pods)
+    } else {
+        active.len() as i32
+    };
     let status = json!({
         "active": if active_now > 0 { json!(active_now) } else { json!(null) },
         "succeeded": if succeeded > 0 { json!(succeeded) } else { json!(null) },
@@ -249,7 +287,10 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Reconcil
         }
     }
     if let Some(e) = create_err {
-        let _ = ctx.events.warning(&*job, "FailedCreate", "Create", &e.to_string()).await;
+        let _ = ctx
+            .events
+            .warning(&*job, "FailedCreate", "Create", &e.to_string())
+            .await;
         return Err(ReconcileError::new(e));
     }
     Ok(match requeue {
@@ -286,11 +327,17 @@ fn replacement_delay(ctx: &Ctx, pods: &[Arc<Pod>], failed: i32, now: jiff::Times
         return Duration::ZERO;
     };
     let exp = u32::try_from(failed - 1).unwrap_or(0).min(16);
-    let delay = base.saturating_mul(1u32 << exp).min(Duration::from_secs(360));
+    let delay = base
+        .saturating_mul(1u32 << exp)
+        .min(Duration::from_secs(360));
     let at = last
         .checked_add(jiff::SignedDuration::try_from(delay).unwrap_or_default())
         .unwrap_or(last);
-    if at > now { until(at, now) } else { Duration::ZERO }
+    if at > now {
+        until(at, now)
+    } else {
+        Duration::ZERO
+    }
 }
 
 async fn create_pods(
@@ -305,7 +352,11 @@ async fn create_pods(
     };
     let name = job.metadata.name.clone().unwrap_or_default();
     let uid = job.metadata.uid.clone().unwrap_or_default();
-    let mut template = job.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let mut template = job
+        .spec
+        .as_ref()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
     let labels = template
         .metadata
         .get_or_insert_with(Default::default)
@@ -321,7 +372,8 @@ async fn create_pods(
     }
     let pod = util::pod_from_template(&template, owner, None, &name);
     let pp = PostParams::default();
-    let results = join_all((0..n.min(ctx.opts.burst_replicas.max(1))).map(|_| api.create(&pp, &pod))).await;
+    let results =
+        join_all((0..n.min(ctx.opts.burst_replicas.max(1))).map(|_| api.create(&pp, &pod))).await;
     let mut first = None;
     for r in results {
         match r {

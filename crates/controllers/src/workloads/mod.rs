@@ -28,7 +28,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{
+    ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
+};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
@@ -163,6 +165,17 @@ pub(crate) struct Ctx {
     pub leases: Store<Lease>,
     pub expectations: util::Expectations,
     pub pod_index: util::PodIndex,
+}
+
+/// The context a controller is registered with (the runtime wraps it in an
+/// `Arc`; this newtype keeps that from being an `Arc<Arc<_>>`).
+pub(crate) struct Shared(pub(crate) Arc<Ctx>);
+
+impl std::ops::Deref for Shared {
+    type Target = Ctx;
+    fn deref(&self) -> &Ctx {
+        &self.0
+    }
 }
 
 /// The workload controllers, running; see [`start`].

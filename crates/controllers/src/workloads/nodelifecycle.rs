@@ -104,7 +104,9 @@ async fn reconcile(node: Arc<Node>, nctx: Arc<NodeCtx>) -> Result<Action, Reconc
     let key = format!("{renew:?}/{hb:?}");
     let age = {
         let mut seen = util::lock(&nctx.health.seen);
-        let e = seen.entry(name.clone()).or_insert_with(|| (key.clone(), Instant::now()));
+        let e = seen
+            .entry(name.clone())
+            .or_insert_with(|| (key.clone(), Instant::now()));
         if e.0 != key {
             *e = (key, Instant::now());
         }
@@ -127,8 +129,10 @@ async fn reconcile(node: Arc<Node>, nctx: Arc<NodeCtx>) -> Result<Action, Reconc
             });
         }
         for c in conditions.iter_mut() {
-            if matches!(c.type_.as_str(), "Ready" | "MemoryPressure" | "DiskPressure" | "PIDPressure")
-                && c.status != "Unknown"
+            if matches!(
+                c.type_.as_str(),
+                "Ready" | "MemoryPressure" | "DiskPressure" | "PIDPressure"
+            ) && c.status != "Unknown"
             {
                 c.status = "Unknown".into();
                 c.reason = Some("NodeStatusUnknown".into());
@@ -137,13 +141,22 @@ async fn reconcile(node: Arc<Node>, nctx: Arc<NodeCtx>) -> Result<Action, Reconc
             }
         }
         let api: Api<Node> = Api::all(ctx.client.clone());
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": {"conditions": conditions}})))
-            .await
-            .map_err(ReconcileError::new)?;
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": conditions}})),
+        )
+        .await
+        .map_err(ReconcileError::new)?;
         tracing::info!(node = %name, "node stopped posting status; marked NotReady (Unknown)");
         let _ = ctx
             .events
-            .normal(&*node, "NodeNotReady", "NodeNotReady", &format!("Node {name} status is now: NodeNotReady"))
+            .normal(
+                &*node,
+                "NodeNotReady",
+                "NodeNotReady",
+                &format!("Node {name} status is now: NodeNotReady"),
+            )
             .await;
         mark_pods_not_ready(ctx, &name).await;
     } else if !stale {
@@ -160,7 +173,11 @@ async fn reconcile(node: Arc<Node>, nctx: Arc<NodeCtx>) -> Result<Action, Reconc
         Some("Unknown") => vec![(UNREACHABLE, "NoExecute"), (UNREACHABLE, "NoSchedule")],
         _ => vec![],
     };
-    let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
     let ours = |t: &Taint| t.key == NOT_READY || t.key == UNREACHABLE;
     let mut next: Vec<Taint> = taints
         .iter()
@@ -179,9 +196,13 @@ async fn reconcile(node: Arc<Node>, nctx: Arc<NodeCtx>) -> Result<Action, Reconc
     }
     if next != taints {
         let api: Api<Node> = Api::all(ctx.client.clone());
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": next}})))
-            .await
-            .map_err(ReconcileError::new)?;
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": next}})),
+        )
+        .await
+        .map_err(ReconcileError::new)?;
     }
 
     // NoExecute evictions.
@@ -189,10 +210,16 @@ async fn reconcile(node: Arc<Node>, nctx: Arc<NodeCtx>) -> Result<Action, Reconc
     if !no_exec.is_empty() {
         let now = jiff::Timestamp::now();
         for p in ctx.pod_index.on_node(&ctx.pods, &name) {
-            if p.metadata.deletion_timestamp.is_some() || matches!(util::phase(&p), "Succeeded" | "Failed") {
+            if p.metadata.deletion_timestamp.is_some()
+                || matches!(util::phase(&p), "Succeeded" | "Failed")
+            {
                 continue;
             }
-            let tolerations = p.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
+            let tolerations = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.tolerations.clone())
+                .unwrap_or_default();
             let mut evict_at: Option<jiff::Timestamp> = None;
             let mut now_evict = false;
             for taint in &no_exec {
@@ -216,12 +243,15 @@ async fn reconcile(node: Arc<Node>, nctx: Arc<NodeCtx>) -> Result<Action, Reconc
                 let pn = p.metadata.name.clone().unwrap_or_default();
                 let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
                 match api.delete(&pn, &DeleteParams::default()).await {
-                    Ok(_) => tracing::info!(node = %name, pod = %format!("{ns}/{pn}"), "evicted by NoExecute taint"),
+                    Ok(_) => {
+                        tracing::info!(node = %name, pod = %format!("{ns}/{pn}"), "evicted by NoExecute taint")
+                    }
                     Err(e) if crate::is_not_found(&e) => {}
                     Err(e) => return Err(ReconcileError::new(e)),
                 }
             } else if let Some(at) = evict_at {
-                let wait = Duration::try_from(at.duration_since(now)).unwrap_or_default() + Duration::from_millis(20);
+                let wait = Duration::try_from(at.duration_since(now)).unwrap_or_default()
+                    + Duration::from_millis(20);
                 requeue = Some(requeue.map_or(wait, |r| r.min(wait)));
             }
         }
@@ -239,7 +269,11 @@ async fn mark_pods_not_ready(ctx: &Ctx, node: &str) {
         if !util::is_ready(&p) {
             continue;
         }
-        let mut conds = p.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+        let mut conds = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
         for c in conds.iter_mut() {
             if c.type_ == "Ready" {
                 c.status = "False".into();

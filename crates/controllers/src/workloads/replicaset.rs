@@ -33,7 +33,7 @@ use super::util::{self, controller_of, is_active, key_of, matches, selector};
 pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
     let rs_store = ctx.replicasets.clone();
     let mapper_ctx = ctx.clone();
-    mgr.controller::<ReplicaSet, _>("replicaset", ctx.clone())
+    mgr.controller::<ReplicaSet, _>("replicaset", super::Shared(ctx.clone()))
         .watches::<Pod, _>(move |pod| {
             mapper_ctx.pod_index.observe(pod);
             pod_owners(&rs_store, pod)
@@ -94,7 +94,9 @@ pub(crate) fn deletion_order(a: &Pod, b: &Pod) -> Ordering {
         p.status
             .as_ref()
             .and_then(|s| s.container_statuses.as_ref())
-            .map_or(0, |cs| cs.iter().map(|c| c.restart_count).max().unwrap_or(0))
+            .map_or(0, |cs| {
+                cs.iter().map(|c| c.restart_count).max().unwrap_or(0)
+            })
     };
     let ready_at = |p: &Pod| util::ready_since(p).flatten();
     let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
@@ -113,7 +115,7 @@ pub(crate) fn deletion_order(a: &Pod, b: &Pod) -> Ordering {
         .then(created(b).cmp(&created(a)))
 }
 
-async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, ReconcileError> {
+async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<super::Shared>) -> Result<Action, ReconcileError> {
     let ctx: &Ctx = &ctx;
     let key = format!("rs/{}", key_of(&rs.metadata));
     if rs.metadata.deletion_timestamp.is_some() {
@@ -131,7 +133,9 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, Re
             return Ok(Action::await_change());
         }
     };
-    let pods = claim_pods(ctx, &rs, &sel).await.map_err(ReconcileError::new)?;
+    let pods = claim_pods(ctx, &rs, &sel)
+        .await
+        .map_err(ReconcileError::new)?;
     let active: Vec<Arc<Pod>> = pods.into_iter().filter(|p| is_active(p)).collect();
 
     let mut failure: Option<String> = None;
@@ -217,9 +221,7 @@ async fn manage(
             let mut first_err = None;
             for r in results {
                 match r {
-                    Ok(p) => ctx
-                        .expectations
-                        .expect_add(key, key_of(&p.metadata)),
+                    Ok(p) => ctx.expectations.expect_add(key, key_of(&p.metadata)),
                     Err(e) => {
                         if first_err.is_none() {
                             first_err = Some(e);
@@ -277,7 +279,10 @@ async fn write_status(
     let mut requeue: Option<Duration> = None;
     for p in active {
         let labels = p.metadata.labels.clone().unwrap_or_default();
-        if template_labels.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+        if template_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+        {
             fully_labeled += 1;
         }
         if util::is_ready(p) {

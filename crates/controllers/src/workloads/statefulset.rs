@@ -33,7 +33,7 @@ use super::util::{self, controller_of};
 /// Register the controller with `mgr`.
 pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
     let idx = ctx.clone();
-    mgr.controller::<StatefulSet, _>("statefulset", ctx.clone())
+    mgr.controller::<StatefulSet, _>("statefulset", super::Shared(ctx.clone()))
         .watches::<Pod, _>(move |pod| {
             idx.pod_index.observe(pod);
             let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
@@ -55,7 +55,11 @@ fn running_ready(p: &Pod) -> bool {
 }
 
 fn revision_label(p: &Pod) -> Option<&str> {
-    p.metadata.labels.as_ref()?.get(REVISION_HASH).map(String::as_str)
+    p.metadata
+        .labels
+        .as_ref()?
+        .get(REVISION_HASH)
+        .map(String::as_str)
 }
 
 /// The template a ControllerRevision stores.
@@ -67,7 +71,10 @@ fn revision_template(cr: &ControllerRevision) -> Option<PodTemplateSpec> {
     serde_json::from_value(t).ok()
 }
 
-async fn reconcile(ss: Arc<StatefulSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, ReconcileError> {
+async fn reconcile(
+    ss: Arc<StatefulSet>,
+    ctx: Arc<super::Shared>,
+) -> Result<Action, ReconcileError> {
     let ctx: &Ctx = &ctx;
     if ss.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -91,7 +98,11 @@ async fn reconcile(ss: Arc<StatefulSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, R
     };
 
     // Revisions.
-    let collision = ss.status.as_ref().and_then(|s| s.collision_count).filter(|c| *c > 0);
+    let collision = ss
+        .status
+        .as_ref()
+        .and_then(|s| s.collision_count)
+        .filter(|c| *c > 0);
     let hash = util::template_hash(&spec.template, collision);
     let update_rev = format!("{name}-{hash}");
     let mut revisions: Vec<Arc<ControllerRevision>> = ctx
@@ -104,12 +115,19 @@ async fn reconcile(ss: Arc<StatefulSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, R
     revisions.sort_by_key(|r| r.revision);
     let max_rev = revisions.last().map_or(0, |r| r.revision);
     let crs: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ns);
-    match revisions.iter().find(|r| r.metadata.name.as_deref() == Some(&update_rev)) {
+    match revisions
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some(&update_rev))
+    {
         Some(r) if r.revision < max_rev => {
             // A rollback to an earlier template: it becomes the newest.
-            crs.patch(&update_rev, &PatchParams::default(), &Patch::Merge(json!({"revision": max_rev + 1})))
-                .await
-                .map_err(err)?;
+            crs.patch(
+                &update_rev,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"revision": max_rev + 1})),
+            )
+            .await
+            .map_err(err)?;
         }
         Some(_) => {}
         None => {
@@ -234,14 +252,26 @@ async fn reconcile(ss: Arc<StatefulSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, R
     }
 
     // Status.
-    let live: Vec<&Arc<Pod>> = pods.values().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+    let live: Vec<&Arc<Pod>> = pods
+        .values()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
     let count = live.len() as i32;
     let ready = live.iter().filter(|p| util::is_ready(p)).count() as i32;
     let now = jiff::Timestamp::now();
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
-    let available = live.iter().filter(|p| util::availability(p, min_ready, now).0).count() as i32;
-    let mut current_count = live.iter().filter(|p| revision_label(p) == Some(current_rev.as_str())).count() as i32;
-    let updated = live.iter().filter(|p| revision_label(p) == Some(update_rev.as_str())).count() as i32;
+    let available = live
+        .iter()
+        .filter(|p| util::availability(p, min_ready, now).0)
+        .count() as i32;
+    let mut current_count = live
+        .iter()
+        .filter(|p| revision_label(p) == Some(current_rev.as_str()))
+        .count() as i32;
+    let updated = live
+        .iter()
+        .filter(|p| revision_label(p) == Some(update_rev.as_str()))
+        .count() as i32;
     let mut status_current = current_rev.clone();
     if rolling && updated == count && count == replicas && ready == replicas {
         status_current = update_rev.clone();
@@ -284,7 +314,11 @@ async fn reconcile(ss: Arc<StatefulSet>, ctx: Arc<Arc<Ctx>>) -> Result<Action, R
         .iter()
         .filter(|r| {
             let n = r.metadata.name.clone().unwrap_or_default();
-            n != status_current && n != update_rev && !in_use.iter().any(|h| n.ends_with(&format!("-{h}")) || *h == n)
+            n != status_current
+                && n != update_rev
+                && !in_use
+                    .iter()
+                    .any(|h| n.ends_with(&format!("-{h}")) || *h == n)
         })
         .collect();
     if removable.len() > limit {
@@ -318,12 +352,20 @@ async fn create_pod(
         .labels
         .get_or_insert_with(BTreeMap::new);
     labels.insert(REVISION_HASH.into(), revision.to_string());
-    labels.insert("statefulset.kubernetes.io/pod-name".into(), pod_name.clone());
+    labels.insert(
+        "statefulset.kubernetes.io/pod-name".into(),
+        pod_name.clone(),
+    );
     labels.insert("apps.kubernetes.io/pod-index".into(), ord.to_string());
     let mut pod = util::pod_from_template(&t, owner, Some(pod_name.clone()), &set);
     if let Some(spec) = pod.spec.as_mut() {
         spec.hostname = Some(pod_name.clone());
-        if let Some(svc) = ss.spec.as_ref().and_then(|s| s.service_name.clone()).filter(|s| !s.is_empty()) {
+        if let Some(svc) = ss
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_name.clone())
+            .filter(|s| !s.is_empty())
+        {
             spec.subdomain = Some(svc);
         }
     }
@@ -333,7 +375,12 @@ async fn create_pod(
         Err(e) => {
             let _ = ctx
                 .events
-                .warning(ss, "FailedCreate", "Create", &format!("create Pod {pod_name} in StatefulSet {set} failed: {e}"))
+                .warning(
+                    ss,
+                    "FailedCreate",
+                    "Create",
+                    &format!("create Pod {pod_name} in StatefulSet {set} failed: {e}"),
+                )
                 .await;
             Err(err(e))
         }

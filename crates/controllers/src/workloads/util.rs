@@ -134,7 +134,9 @@ impl PodIndex {
         let mut keys = lock(&self.keys);
         match controller_of(m) {
             Some(r) => {
-                keys.entry(owner_key(&r.uid)).or_default().insert(id.clone());
+                keys.entry(owner_key(&r.uid))
+                    .or_default()
+                    .insert(id.clone());
             }
             None => {
                 keys.entry(orphan_key(&ns)).or_default().insert(id.clone());
@@ -154,25 +156,22 @@ impl PodIndex {
         }
     }
 
-    fn read(
-        &self,
-        pods: &Store<Pod>,
-        key: &str,
-        keep: impl Fn(&Pod) -> bool,
-    ) -> Vec<Arc<Pod>> {
+    fn read(&self, pods: &Store<Pod>, key: &str, keep: impl Fn(&Pod) -> bool) -> Vec<Arc<Pod>> {
         self.seed(pods);
         let mut keys = lock(&self.keys);
         let Some(set) = keys.get_mut(key) else {
             return Vec::new();
         };
         let mut out = Vec::new();
-        set.retain(|(ns, name)| match pods.get(&ObjectRef::new(name).within(ns)) {
-            Some(p) if keep(&p) => {
-                out.push(p);
-                true
-            }
-            _ => false,
-        });
+        set.retain(
+            |(ns, name)| match pods.get(&ObjectRef::new(name).within(ns)) {
+                Some(p) if keep(&p) => {
+                    out.push(p);
+                    true
+                }
+                _ => false,
+            },
+        );
         if set.is_empty() {
             keys.remove(key);
         }
@@ -202,7 +201,9 @@ impl PodIndex {
 
     /// Pods of namespace `ns`.
     pub(crate) fn in_namespace(&self, pods: &Store<Pod>, ns: &str) -> Vec<Arc<Pod>> {
-        self.read(pods, &ns_key(ns), |p| p.metadata.namespace.as_deref() == Some(ns))
+        self.read(pods, &ns_key(ns), |p| {
+            p.metadata.namespace.as_deref() == Some(ns)
+        })
     }
 }
 
@@ -274,7 +275,11 @@ pub(crate) fn is_ready(p: &Pod) -> bool {
 
 /// Whether the pod has been Ready for `min_ready` seconds at `now`; also
 /// when it will be (for a requeue).
-pub(crate) fn availability(p: &Pod, min_ready: i32, now: jiff::Timestamp) -> (bool, Option<Duration>) {
+pub(crate) fn availability(
+    p: &Pod,
+    min_ready: i32,
+    now: jiff::Timestamp,
+) -> (bool, Option<Duration>) {
     match ready_since(p) {
         None => (false, None),
         Some(_) if min_ready <= 0 => (true, None),
@@ -419,14 +424,22 @@ where
         + std::fmt::Debug,
 {
     let api: Api<K> = Api::namespaced(client.clone(), ns.unwrap_or_default());
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({ "status": status })))
-        .await
-        .map(|_| ())
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Adopt `pod` for `owner`: add the controller reference with a UID
 /// precondition (kube's `ClaimPods`). Returns whether it was adopted.
-pub(crate) async fn adopt_pod(client: &Client, pod: &Pod, owner: OwnerReference) -> Result<bool, kube::Error> {
+pub(crate) async fn adopt_pod(
+    client: &Client,
+    pod: &Pod,
+    owner: OwnerReference,
+) -> Result<bool, kube::Error> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
@@ -453,7 +466,11 @@ pub(crate) async fn adopt_pod(client: &Client, pod: &Pod, owner: OwnerReference)
 
 /// Release `meta` from the controller with UID `uid` (the selector no
 /// longer matches): remove that ownerReference.
-pub(crate) async fn release<K>(client: &Client, meta: &ObjectMeta, uid: &str) -> Result<(), kube::Error>
+pub(crate) async fn release<K>(
+    client: &Client,
+    meta: &ObjectMeta,
+    uid: &str,
+) -> Result<(), kube::Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -464,7 +481,8 @@ where
     let api: Api<K> = Api::namespaced(client.clone(), ns);
     let mut refs = meta.owner_references.clone().unwrap_or_default();
     refs.retain(|r| r.uid != uid);
-    let patch = json!({"metadata": {"ownerReferences": refs, "resourceVersion": meta.resource_version}});
+    let patch =
+        json!({"metadata": {"ownerReferences": refs, "resourceVersion": meta.resource_version}});
     match api
         .patch(
             meta.name.as_deref().unwrap_or_default(),

@@ -15,8 +15,8 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use kubeforge_apiserver::ApiServer;
-use kubeforge_controllers::workloads::{self, WorkloadOptions, Workloads};
 use kubeforge_controllers::Builtin;
+use kubeforge_controllers::workloads::{self, WorkloadOptions, Workloads};
 use serde_json::{Value, json};
 
 pub struct Env {
@@ -116,7 +116,11 @@ pub fn status_for(fate: Fate, ip: &str) -> Value {
 pub async fn set_pod_status(client: &Client, ns: &str, name: &str, fate: Fate, ip: &str) {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let _ = api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status_for(fate, ip)})))
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status_for(fate, ip)})),
+        )
         .await;
 }
 
@@ -146,7 +150,9 @@ pub fn kubelet(client: &Client, decide: impl Fn(&Pod) -> Fate + Send + Sync + 's
             };
             for p in pods {
                 let uid = p.metadata.uid.clone().unwrap_or_default();
-                if p.metadata.deletion_timestamp.is_some() || p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Pending") {
+                if p.metadata.deletion_timestamp.is_some()
+                    || p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Pending")
+                {
                     continue;
                 }
                 if seen.lock().expect("lock").insert(uid, ()).is_some() {
