@@ -1,2 +1,242 @@
-//! placeholder, filled in below
-fn main() {}
+//! Memory of the Manager's shared cache per typical pod, measured with dhat.
+//!
+//! N pods shaped like a Deployment's running pods (owner reference, one
+//! container with probes, resources, env and the service account volume,
+//! a Running status with five conditions; created by one field manager and
+//! status-updated by another, so each carries two managedFields entries) are
+//! created on the embedded server; then a dhat heap profiler starts and a
+//! Manager syncs its shared Pod cache. Live heap bytes allocated during the
+//! sync and still held after it, divided by N, are the cache's cost per pod
+//! (the server's own copies were allocated before profiling and are not
+//! counted). Two sizes give the slope, which drops fixed costs.
+//!
+//! Three caches: `Full` (pruning off: managedFields kept), `Pruned` (the
+//! default: managedFields and the last-applied annotation dropped) and
+//! `Metadata` (`PartialObjectMeta<Pod>`, what `owns_metadata` caches).
+//!
+//! `cargo bench -p kubeforge-runtime --bench cache_memory` (optional arg: N).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kubeforge_apiserver::ApiServer;
+use kubeforge_runtime::Manager;
+
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
+fn typical_pod(i: usize) -> serde_json::Value {
+    let hash = "7c9d8f6b5d";
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": format!("web-{hash}-{i:05}"),
+            "namespace": "default",
+            "generateName": format!("web-{hash}-"),
+            "labels": {"app": "web", "pod-template-hash": hash, "tier": "frontend"},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-30T06:00:00Z"},
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("web-{hash}"),
+                "uid": "5f0c7d3e-9a51-4a4e-8d53-1c1f6c1b2e77", "controller": true, "blockOwnerDeletion": true
+            }]
+        },
+        "spec": {
+            "containers": [{
+                "name": "web",
+                "image": "registry.example.com/team/web:1.27.3",
+                "imagePullPolicy": "IfNotPresent",
+                "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                "env": [
+                    {"name": "LOG_LEVEL", "value": "info"},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+                    {"name": "CACHE_URL", "value": "memcached.default.svc:11211"}
+                ],
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"}, "periodSeconds": 10, "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3},
+                "livenessProbe": {"httpGet": {"path": "/livez", "port": 8080, "scheme": "HTTP"}, "periodSeconds": 10, "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3},
+                "volumeMounts": [{"name": "kube-api-access-x7k2p", "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File",
+                "securityContext": {"runAsNonRoot": true, "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}
+            }],
+            "volumes": [{"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
+            ]}}],
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default",
+            "serviceAccount": "default",
+            "nodeName": format!("node-{:03}", i % 100),
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            "schedulerName": "default-scheduler",
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            ],
+            "priority": 0,
+            "enableServiceLinks": true,
+            "preemptionPolicy": "PreemptLowerPriority"
+        }
+    })
+}
+
+fn typical_status(i: usize) -> serde_json::Value {
+    let t = "2026-11-30T06:01:02Z";
+    let cond = |ty: &str| serde_json::json!({"type": ty, "status": "True", "lastProbeTime": null, "lastTransitionTime": t});
+    serde_json::json!({"status": {
+        "phase": "Running",
+        "conditions": [cond("PodReadyToStartContainers"), cond("Initialized"), cond("Ready"), cond("ContainersReady"), cond("PodScheduled")],
+        "hostIP": format!("10.0.{}.{}", i % 100 / 10, i % 10 + 1),
+        "hostIPs": [{"ip": format!("10.0.{}.{}", i % 100 / 10, i % 10 + 1)}],
+        "podIP": format!("10.244.{}.{}", i / 250, i % 250 + 2),
+        "podIPs": [{"ip": format!("10.244.{}.{}", i / 250, i % 250 + 2)}],
+        "startTime": t,
+        "containerStatuses": [{
+            "name": "web", "ready": true, "restartCount": 0, "started": true,
+            "state": {"running": {"startedAt": t}},
+            "image": "registry.example.com/team/web:1.27.3",
+            "imageID": "registry.example.com/team/web@sha256:4c2f1d0e9b8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e",
+            "containerID": format!("containerd://{:064x}", i)
+        }],
+        "qosClass": "Burstable"
+    }})
+}
+
+struct Measure {
+    bytes: usize,
+    json_bytes: usize,
+}
+
+/// What the manager caches.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Full,
+    Pruned,
+    Metadata,
+}
+
+async fn measure(n: usize, mode: Mode) -> Measure {
+    let server = ApiServer::in_memory().await;
+    let client = server.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let create = PostParams {
+        field_manager: Some("kube-controller-manager".into()),
+        ..Default::default()
+    };
+    let status = PatchParams {
+        field_manager: Some("kubelet".into()),
+        ..Default::default()
+    };
+    let mut json_bytes = 0;
+    for i in 0..n {
+        let pod: Pod = serde_json::from_value(typical_pod(i)).expect("pod shape");
+        let created = pods.create(&create, &pod).await.expect("create pod");
+        let name = created.metadata.name.clone().unwrap_or_default();
+        let done = pods
+            .patch_status(&name, &status, &Patch::Merge(&typical_status(i)))
+            .await
+            .expect("status");
+        json_bytes += serde_json::to_vec(&done).map(|v| v.len()).unwrap_or(0);
+    }
+    let check = pods
+        .get(&format!("web-7c9d8f6b5d-{:05}", 0))
+        .await
+        .expect("get");
+    assert!(
+        check.metadata.managed_fields.as_ref().map_or(0, Vec::len) >= 2,
+        "pods should carry managedFields of two managers"
+    );
+
+    // Serve one full LIST first, so whatever the server keeps from serving
+    // objects (encoded bytes) is allocated before profiling starts.
+    let warm = pods.list(&Default::default()).await.expect("list");
+    assert_eq!(warm.items.len(), n);
+    drop(warm);
+
+    let profiler = dhat::Profiler::builder()
+        .testing()
+        .trim_backtraces(Some(4))
+        .build();
+    let before = dhat::HeapStats::get().curr_bytes;
+    let mgr = Manager::builder(client.clone())
+        .handle_signals(false)
+        .prune_cached_objects(!matches!(mode, Mode::Full))
+        .build();
+    let (full, meta) = match mode {
+        Mode::Metadata => (None, Some(mgr.metadata_store::<Pod>())),
+        _ => (Some(mgr.store::<Pod>()), None),
+    };
+    let stop = mgr.shutdown_handle();
+    let run = tokio::spawn(mgr.run());
+    if let Some(store) = &full {
+        store.wait_until_ready().await.expect("cache ready");
+        assert_eq!(store.len(), n);
+    }
+    if let Some(store) = &meta {
+        store.wait_until_ready().await.expect("cache ready");
+        assert_eq!(store.len(), n);
+    }
+    // Let transient buffers of the list go.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = dhat::HeapStats::get().curr_bytes;
+    if let Some(store) = &full {
+        let pruned = !matches!(mode, Mode::Full);
+        assert!(
+            store
+                .state()
+                .iter()
+                .all(|p| p.metadata.managed_fields.is_none() == pruned && p.spec.is_some())
+        );
+    }
+    if let Some(store) = &meta {
+        assert!(
+            store
+                .state()
+                .iter()
+                .all(|p| p.metadata.owner_references.is_some()
+                    && p.metadata.managed_fields.is_none())
+        );
+    }
+    stop.shutdown();
+    let _ = run.await;
+    drop(profiler);
+    Measure {
+        bytes: after.saturating_sub(before),
+        json_bytes: json_bytes / n.max(1),
+    }
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(2000);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let small = n / 4;
+    rt.block_on(async {
+        println!("cache_memory: typical pods, {small} and {n} cached, dhat live heap after sync");
+        for mode in [Mode::Full, Mode::Pruned, Mode::Metadata] {
+            let a = measure(small, mode).await;
+            let b = measure(n, mode).await;
+            let slope = (b.bytes.saturating_sub(a.bytes)) as f64 / (n - small) as f64;
+            println!(
+                "  {:<8} pod JSON as served {:>5} B | cache {:>6.0} B/pod at N={n} ({:.2} KiB), slope {:>6.0} B/pod ({:.2} KiB)",
+                format!("{mode:?}"),
+                b.json_bytes,
+                b.bytes as f64 / n as f64,
+                b.bytes as f64 / n as f64 / 1024.0,
+                slope,
+                slope / 1024.0
+            );
+        }
+    });
+}

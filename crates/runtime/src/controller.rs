@@ -23,6 +23,7 @@ use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
 use futures::{FutureExt, StreamExt};
 use kube::Resource;
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
@@ -93,6 +94,15 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
             .boxed()
         }));
         self
+    }
+
+    /// [`owns`](Self::owns) with a metadata-only cache of the children
+    /// (`PartialObjectMeta<Child>`, controller-runtime's `OnlyMetadata`):
+    /// about a tenth of the memory for kinds whose spec and status the
+    /// controller does not read. Read them with
+    /// [`Manager::metadata_store`].
+    pub fn owns_metadata<Child: Cacheable>(self) -> Self {
+        self.owns::<PartialObjectMeta<Child>>()
     }
 
     /// Also reconcile the objects `mapper` names when an `Other` changes or

@@ -116,7 +116,12 @@ impl<K: Cacheable> Informer<K> {
                 senders: Vec::new(),
             }),
             synced: AtomicBool::new(false),
-            kind: format!("{}.{}", K::kind(&()), K::api_version(&())),
+            kind: format!(
+                "{}.{}{}",
+                K::kind(&()),
+                K::api_version(&()),
+                if K::metadata_api() { " (metadata)" } else { "" }
+            ),
         }
     }
 
@@ -200,7 +205,7 @@ impl<K: Cacheable> Informer<K> {
                         .map(|o| (ObjectRef::from_obj(&*o), o))
                         .collect();
                     writer.apply_watcher_event(&ev);
-                    for key in listed.drain(..) {
+                    for key in std::mem::take(&mut listed) {
                         let old = before.remove(&key);
                         if let Some(new) = self.store.get(&key) {
                             self.publish(Change::Applied { old, new });
@@ -248,7 +253,11 @@ impl<K: Cacheable> ErasedInformer for Informer<K> {
 }
 
 /// One informer: its type, itself (to downcast) and itself kind-erased.
-type Entry = (std::any::TypeId, Arc<dyn Any + Send + Sync>, Arc<dyn ErasedInformer>);
+type Entry = (
+    std::any::TypeId,
+    Arc<dyn Any + Send + Sync>,
+    Arc<dyn ErasedInformer>,
+);
 
 /// The manager's informers, one per kind.
 #[derive(Default)]

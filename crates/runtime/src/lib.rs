@@ -63,6 +63,7 @@ pub use backoff::BackoffConfig;
 pub use controller::ControllerBuilder;
 pub use error::{BoxError, Error, ReconcileError};
 pub use informer::{Cacheable, LAST_APPLIED_ANNOTATION, prune};
+pub use kube::core::PartialObjectMeta;
 pub use kube::runtime::reflector::{ObjectRef, Store};
 pub use leader::LeaderElection;
 pub use manager::{Manager, ManagerBuilder};

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use kube::Client;
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::Store;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
@@ -167,6 +168,15 @@ impl Manager {
     /// list arrives (`store.wait_until_ready().await`).
     pub fn store<K: Cacheable>(&self) -> Store<K> {
         self.informers.get::<K>().store()
+    }
+
+    /// The shared metadata-only cache of kind `K` (`PartialObjectMeta<K>`,
+    /// listed and watched as `PartialObjectMetadata`): names, labels,
+    /// annotations, owner references… without spec or status. Shared with
+    /// [`ControllerBuilder::owns_metadata`] and
+    /// `watches::<PartialObjectMeta<K>, _>(…)`.
+    pub fn metadata_store<K: Cacheable>(&self) -> Store<PartialObjectMeta<K>> {
+        self.informers.get::<PartialObjectMeta<K>>().store()
     }
 
     /// The metrics the manager serves.

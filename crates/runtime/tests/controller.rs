@@ -796,3 +796,74 @@ async fn shutdown_finishes_reconciles_in_flight_within_the_grace_period() {
     assert!(matches!(r, Ok(Ok(Ok(())))), "{r:?}");
     assert_eq!(finished.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owns_metadata_caches_children_without_spec_and_routes_them() {
+    let server = ApiServer::in_memory().await;
+    let user = server.client();
+    let tapped = tapped_client(&server, true);
+    let mgr = Manager::builder(tapped.client.clone())
+        .handle_signals(false)
+        .build();
+    let ctx = Arc::new(ctx(&user));
+    let c = ctx.clone();
+    mgr.controller::<ConfigMap, _>("meta-parents", ())
+        .owns_metadata::<Secret>()
+        .register(move |cm: Arc<ConfigMap>, _| {
+            let c = c.clone();
+            async move {
+                c.calls
+                    .record(&cm.metadata.name.clone().unwrap_or_default());
+                Ok(Action::await_change())
+            }
+        });
+    let children = mgr.metadata_store::<Secret>();
+    let stop = mgr.shutdown_handle();
+    let run = tokio::spawn(mgr.run());
+    let parent = create_cm(&user, "p").await;
+    eventually("parent reconciled", Duration::from_secs(10), || async {
+        ctx.calls.count("p") == 1
+    })
+    .await;
+    let mut secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("c".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([(
+            "password".to_string(),
+            "hunter2".to_string(),
+        )])),
+        ..Default::default()
+    };
+    kubeforge_runtime::owner::set_controller_reference(&parent, &mut secret.metadata)
+        .expect("owner ref");
+    Api::<Secret>::namespaced(user.clone(), "default")
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    eventually("child → parent", Duration::from_secs(10), || async {
+        ctx.calls.count("p") == 2
+    })
+    .await;
+    let cached = children
+        .get(&ObjectRef::new("c").within("default"))
+        .expect("child cached");
+    assert_eq!(
+        cached.metadata.owner_references.as_ref().map(Vec::len),
+        Some(1)
+    );
+    // The Secrets were listed and watched as metadata only.
+    let log = tapped.log.lock().map(|l| l.clone()).unwrap_or_default();
+    let secrets: Vec<&String> = log.iter().filter(|u| u.contains("/secrets")).collect();
+    assert!(secrets.iter().any(|u| u.contains("watch=true")), "{log:?}");
+    assert!(
+        secrets
+            .iter()
+            .all(|u| u.contains("as=PartialObjectMetadata")),
+        "{secrets:?}"
+    );
+    stop.shutdown();
+    assert!(matches!(run.await, Ok(Ok(()))));
+}

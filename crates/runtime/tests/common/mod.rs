@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tower::ServiceExt;
 
-/// A client whose requests are logged (method + URI) and held until the
+/// A client whose requests are logged (method, URI, Accept header) and held until the
 /// gate is open.
 pub struct Tapped {
     pub client: Client,
@@ -44,7 +44,12 @@ pub fn tapped_client(server: &ApiServer, open: bool) -> Tapped {
     let log2 = log.clone();
     let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
         if let Ok(mut l) = log2.lock() {
-            l.push(format!("{} {}", req.method(), req.uri()));
+            let accept = req
+                .headers()
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            l.push(format!("{} {} accept={accept}", req.method(), req.uri()));
         }
         let svc = svc.clone();
         let mut rx = rx.clone();
