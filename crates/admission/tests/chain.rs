@@ -753,3 +753,70 @@ async fn webhook_server_refuses_bad_input_with_4xx() {
     assert_eq!(s, 413, "huge reviews are refused");
     hooks.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_certificates_are_served_without_restart() {
+    let dir = TempDir::new("rotate");
+    let certs = dir.0.join("certs");
+    let server = WebhookServer::builder()
+        .addr("127.0.0.1:0".parse().expect("addr"))
+        .cert_dir(certs.clone())
+        .reload_every(std::time::Duration::from_millis(100))
+        .validator("/validate", no_team)
+        .bind()
+        .await
+        .expect("bind");
+    let (addr, first_ca) = (server.local_addr(), server.ca_bundle().to_string());
+    tokio::spawn(server.run(std::future::pending()));
+    assert_eq!(
+        Https::connect(addr, &first_ca)
+            .await
+            .post("/nothing", vec![])
+            .await
+            .0,
+        404
+    );
+    // Give the new files a later modification time than the first ones.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let rotated =
+        kubeforge_runtime::webhook::DevCerts::generate(&certs, &default_hosts()).expect("rotate");
+    assert_ne!(rotated.ca_bundle, first_ca);
+    let mut served = false;
+    for _ in 0..50 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if try_handshake(addr, &rotated.ca_bundle).await {
+            served = true;
+            break;
+        }
+    }
+    assert!(served, "the rotated certificate is served");
+    assert!(
+        !try_handshake(addr, &first_ca).await,
+        "the old CA no longer verifies"
+    );
+}
+
+async fn try_handshake(addr: std::net::SocketAddr, ca: &str) -> bool {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()).flatten() {
+        let _ = roots.add(c);
+    }
+    let Ok(b) = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions() else {
+        return false;
+    };
+    let config = b.with_root_certificates(roots).with_no_client_auth();
+    let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    let Ok(name) = ServerName::try_from("127.0.0.1") else {
+        return false;
+    };
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .is_ok()
+}

@@ -583,8 +583,16 @@ async fn serve_review(
     let labels = WebhookLabels {
         webhook: path.to_string(),
     };
-    let in_flight = m.in_flight.get_or_create(&labels).clone();
-    in_flight.inc();
+    // Decremented on drop, so a request abandoned mid-way (client gone)
+    // still leaves the gauge.
+    struct InFlight(Gauge);
+    impl Drop for InFlight {
+        fn drop(&mut self) {
+            self.0.dec();
+        }
+    }
+    let in_flight = InFlight(m.in_flight.get_or_create(&labels).clone());
+    in_flight.0.inc();
     let started = Instant::now();
     let (code, resp) = match h.review(body).await {
         Ok(r) => match serde_json::to_vec(&r.into_review()) {
@@ -614,6 +622,6 @@ async fn serve_review(
             code: code.as_u16().to_string(),
         })
         .inc();
-    in_flight.dec();
+    drop(in_flight);
     resp
 }
