@@ -82,16 +82,19 @@ fn duration(s: &str) -> Result<Duration, String> {
     nodesim::parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (e.g. 0, 250ms, 2s)"))
 }
 
+/// The sample operators' manager: names, shutdown handle, task.
+struct Operators {
+    names: Vec<String>,
+    shutdown: ShutdownHandle,
+    task: tokio::task::JoinHandle<Result<(), kubeforge_runtime::Error>>,
+}
+
 /// The cluster's running parts.
 pub struct Cluster {
     workloads: Option<Workloads>,
     scheduler: Option<RunningScheduler>,
     simulator: Option<RunningSimulator>,
-    operators: Option<(
-        Vec<String>,
-        ShutdownHandle,
-        tokio::task::JoinHandle<Result<(), kubeforge_runtime::Error>>,
-    )>,
+    operators: Option<Operators>,
     delays: Delays,
 }
 
@@ -183,7 +186,11 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
             }
         }
         let handle = mgr.shutdown_handle();
-        Some((args.operators.clone(), handle, tokio::spawn(mgr.run())))
+        Some(Operators {
+            names: args.operators.clone(),
+            shutdown: handle,
+            task: tokio::spawn(mgr.run()),
+        })
     };
     Ok(Cluster {
         workloads,
@@ -217,7 +224,7 @@ impl Cluster {
                 self.delays.start
             ));
         }
-        if let Some((names, _, _)) = &self.operators {
+        if let Some(Operators { names, .. }) = &self.operators {
             out.push(format!("  operators:  {}", names.join(", ")));
         }
         out
@@ -237,9 +244,9 @@ impl Cluster {
 
     /// Stop everything, operators first, nodes last but one.
     pub async fn stop(self) {
-        if let Some((_, handle, task)) = self.operators {
-            handle.shutdown();
-            let _ = task.await;
+        if let Some(ops) = self.operators {
+            ops.shutdown.shutdown();
+            let _ = ops.task.await;
         }
         if let Some(s) = self.scheduler {
             s.stop().await;

@@ -9,7 +9,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -37,7 +37,7 @@ struct PodRow {
 const POD_ROWS: &str = "jsonpath={range .items[*]}{.metadata.name}|{.status.phase}|{.status.podIP}|{.spec.nodeName}|{.spec.containers[0].image}|{.status.conditions[?(@.type==\"Ready\")].status}|{.metadata.deletionTimestamp}{\"\\n\"}{end}";
 
 /// Live pods matching a label selector.
-fn pods(c: &Cluster, k: &PathBuf, selector: &str) -> Vec<PodRow> {
+fn pods(c: &Cluster, k: &Path, selector: &str) -> Vec<PodRow> {
     let out = c.ok(k, &["get", "pods", "-l", selector, "-o", POD_ROWS]);
     out.lines()
         .filter_map(|l| {

@@ -426,6 +426,7 @@ fn valid_qualified_name(s: &str) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -333,6 +333,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

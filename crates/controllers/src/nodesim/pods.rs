@@ -679,6 +679,7 @@ fn key_of(pod: &Pod) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
