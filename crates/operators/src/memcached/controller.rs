@@ -28,7 +28,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeforge_runtime::conditions::{self, ConditionStatus};
 use kubeforge_runtime::events::EventRecorder;
-use kubeforge_runtime::{Action, Manager, ObjectRef, ReconcileError, Store};
+use kubeforge_runtime::{Action, Manager, ObjectRef, Predicate, ReconcileError, Store, predicates};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
@@ -89,8 +89,19 @@ pub fn register(mgr: &Manager, options: Options) {
     mgr.controller::<Memcached, _>("memcached", ctx)
         .owns::<Deployment>()
         .watches::<Pod, _>(pod_owner)
+        .with_predicate(spec_or_deletion_changed())
         .max_concurrent_reconciles(options.max_concurrent_reconciles)
         .register(reconcile);
+}
+
+/// Updates of a Memcached worth a reconcile: a new generation (spec
+/// changed) or the start of its deletion. The operator's own status and
+/// finalizer writes do not come back as work; Deployment and Pod changes
+/// still do (they are not filtered), and so does the resync.
+fn spec_or_deletion_changed() -> Predicate {
+    predicates::generation_changed().or(Predicate::new(|old, new| {
+        old.deletion_timestamp.is_none() && new.deletion_timestamp.is_some()
+    }))
 }
 
 /// The Memcached a pod belongs to, from the labels the Deployment gives it.
