@@ -2,6 +2,7 @@
 
 pub(crate) mod helper;
 
+pub mod coscheduling;
 pub mod default_binder;
 pub mod default_preemption;
 pub mod image_locality;
@@ -88,6 +89,9 @@ pub(crate) fn register_in_tree(r: &mut Registry) {
     });
     reg("DefaultPreemption", |a, h| {
         ok(default_preemption::DefaultPreemption::new(a, h)?)
+    });
+    reg("Coscheduling", |a, h| {
+        ok(coscheduling::Coscheduling::new(a, h)?)
     });
     reg("DefaultBinder", |a, h| {
         no_args("DefaultBinder", a)?;
