@@ -1,7 +1,8 @@
 //! End to end in one process: API server, GC, workload controllers,
 //! scheduler and the node simulator (3 nodes, zero delays). A Deployment
 //! rolls out onto Running pods with IPs spread over the nodes, a new image
-//! rolls out, a Job 5/2 completes on simulated kubelets, and a node whose
+//! rolls out, a Job 5/2 completes on simulated kubelets, a DaemonSet skips a
+//! tainted node, a StatefulSet starts db-0..2 in order, and a node whose
 //! heartbeats stop turns NotReady, is tainted, and its pods are evicted and
 //! rescheduled elsewhere.
 
@@ -10,7 +11,7 @@ mod workloads_common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -161,6 +162,60 @@ async fn whole_cluster_rollout_job_and_node_failure() {
     })
     .await;
 
+    // A DaemonSet lands one Running pod per node and skips a tainted one.
+    node_api_taint(&client, "node-2").await;
+    let daemonsets: Api<DaemonSet> = Api::default_namespaced(client.clone());
+    let ds: DaemonSet = obj(json!({"metadata": {"name": "agent"}, "spec": {
+        "selector": {"matchLabels": {"app": "agent"}},
+        "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {"containers": [{"name": "a", "image": "agent"}]}}}}));
+    daemonsets
+        .create(&PostParams::default(), &ds)
+        .await
+        .expect("ds");
+    eventually("agent Running on node-0 and node-1 only", T, || async {
+        let list = pods
+            .list(&ListParams::default().labels("app=agent"))
+            .await
+            .expect("list")
+            .items;
+        let mut on: Vec<String> = live_running(&list).iter().map(|p| node_of(p)).collect();
+        on.sort();
+        on == ["node-0", "node-1"] && list.len() == 2
+    })
+    .await;
+    // A StatefulSet creates web-0, web-1, web-2 in order.
+    let sets: Api<StatefulSet> = Api::default_namespaced(client.clone());
+    let ss: StatefulSet = obj(json!({"metadata": {"name": "db"}, "spec": {
+        "replicas": 3, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+        "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "db", "image": "postgres"}]}}}}));
+    sets.create(&PostParams::default(), &ss).await.expect("sts");
+    eventually("db-0..2 Running", T, || async {
+        let list = pods
+            .list(&ListParams::default().labels("app=db"))
+            .await
+            .expect("list")
+            .items;
+        live_running(&list).len() == 3
+    })
+    .await;
+    let mut created: Vec<(Option<jiff::Timestamp>, String)> = pods
+        .list(&ListParams::default().labels("app=db"))
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .map(|p| {
+            (
+                p.metadata.creation_timestamp.map(|t| t.0),
+                p.metadata.name.unwrap_or_default(),
+            )
+        })
+        .collect();
+    created.sort();
+    let order: Vec<&str> = created.iter().map(|(_, n)| n.as_str()).collect();
+    assert_eq!(order, ["db-0", "db-1", "db-2"]);
+    untaint(&client, "node-2").await;
+
     // Stop one node's heartbeats: NotReady, tainted, pods rescheduled.
     let list = pods
         .list(&ListParams::default().labels("app=web"))
@@ -208,4 +263,26 @@ async fn whole_cluster_rollout_job_and_node_failure() {
     scheduler.stop().await;
     w.stop().await;
     builtin.stop().await;
+}
+
+async fn node_api_taint(client: &kube::Client, name: &str) {
+    let api: Api<Node> = Api::all(client.clone());
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}})),
+    )
+    .await
+    .expect("taint");
+}
+
+async fn untaint(client: &kube::Client, name: &str) {
+    let api: Api<Node> = Api::all(client.clone());
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"taints": null}})),
+    )
+    .await
+    .expect("untaint");
 }
