@@ -286,7 +286,8 @@ pub(crate) struct Shared<K: Cacheable> {
     store: Store<K>,
     /// Objects waiting in the queue, with when they became (or become)
     /// ready: gives `workqueue_depth` and `workqueue_queue_duration_seconds`.
-    pending: Mutex<HashMap<ObjectRef<K>, Instant>>,
+    /// The flag tells whether the entry's add was counted yet.
+    pending: Mutex<HashMap<ObjectRef<K>, (Instant, bool)>>,
     backoff: ItemBackoff<ObjectRef<K>>,
     labels: ControllerLabels,
     queue_labels: QueueLabels,
@@ -294,25 +295,39 @@ pub(crate) struct Shared<K: Cacheable> {
 }
 
 impl<K: Cacheable> Shared<K> {
-    /// `key` enters the queue, ready at `at`.
+    /// `key` enters the queue, ready at `at` (now, or later for a requeue).
+    ///
+    /// `workqueue_adds_total` counts as client-go's queue does: an add of
+    /// an object already waiting (and ready) is deduplicated, and a delayed
+    /// add counts when its delay is over, not when it is scheduled.
     fn add(&self, key: ObjectRef<K>, at: Instant) {
+        let now = Instant::now();
         let mut pending = lock(&self.pending);
-        match pending.get_mut(&key) {
-            Some(t) => *t = (*t).min(at),
-            None => {
-                pending.insert(key, at);
-                self.metrics
-                    .workqueue_adds
-                    .get_or_create(&self.queue_labels)
-                    .inc();
-            }
+        let entry = pending.entry(key).or_insert((at, false));
+        if at <= now && !(entry.1 && entry.0 <= now) {
+            // Ready now, and not already waiting ready in the queue.
+            *entry = (at, true);
+            self.inc_adds();
+        } else {
+            entry.0 = entry.0.min(at);
         }
+    }
+
+    fn inc_adds(&self) {
+        self.metrics
+            .workqueue_adds
+            .get_or_create(&self.queue_labels)
+            .inc();
     }
 
     /// `key` leaves the queue for a worker.
     fn take(&self, key: &ObjectRef<K>) {
-        let ready = lock(&self.pending).remove(key);
-        let waited = ready.map_or(Duration::ZERO, |t| {
+        let entry = lock(&self.pending).remove(key);
+        if let Some((_, false)) = entry {
+            // A delayed add whose time came.
+            self.inc_adds();
+        }
+        let waited = entry.map_or(Duration::ZERO, |(t, _)| {
             Instant::now().saturating_duration_since(t)
         });
         self.metrics
@@ -349,7 +364,7 @@ impl<K: Cacheable> DepthSource for Shared<K> {
         let mut pending = lock(&self.pending);
         // Requests for objects no longer cached are dropped by the applier.
         pending.retain(|k, _| self.store.get(k).is_some());
-        let ready = pending.values().filter(|t| **t <= now).count();
+        let ready = pending.values().filter(|(t, _)| *t <= now).count();
         i64::try_from(ready).unwrap_or(i64::MAX)
     }
 }

@@ -529,6 +529,21 @@ async fn requeue_after_reconciles_again_and_is_counted() {
         ),
         Some(1.0)
     );
+    // One add for the creation, one per requeue when its delay is over.
+    assert_eq!(
+        sample(
+            &text,
+            "workqueue_adds_total{name=\"periodic\",controller=\"periodic\"}"
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "workqueue_depth{name=\"periodic\",controller=\"periodic\"}"
+        ),
+        Some(0.0)
+    );
     stop.shutdown();
     assert!(matches!(run.await, Ok(Ok(()))));
 }
