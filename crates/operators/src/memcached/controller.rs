@@ -148,9 +148,23 @@ pub async fn reconcile(m: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, R
             "finalizers": finalizers,
             "resourceVersion": m.resource_version(),
         }});
-        let patched = api
+        let patched = match api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+            .await
+        {
+            Ok(p) => p,
+            // The cached copy was behind (often: our own finalizer write is
+            // not in the cache yet). Read the object; if the finalizer is
+            // there, carry on with it, else fail and retry.
+            Err(e) if kube_errors::is_conflict(&e) => {
+                let fresh = api.get(&name).await?;
+                if !fresh.finalizers().iter().any(|f| f == FINALIZER) {
+                    return Err(e.into());
+                }
+                fresh
+            }
+            Err(e) => return Err(e.into()),
+        };
         debug!(namespace = %ns, name = %name, "added finalizer");
         Arc::new(patched)
     };
