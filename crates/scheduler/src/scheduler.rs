@@ -548,6 +548,11 @@ impl SchedulerCore {
                 self.cache.forget(&info.pod.uid);
                 self.metrics.attempt("error", &profile, started.elapsed());
                 let message = status.message();
+                if message.contains("is already assigned to node") {
+                    // Another scheduler bound it first; the watch brings the bound pod.
+                    tracing::debug!(pod = %info.pod.key(), "already bound by someone else");
+                    return;
+                }
                 let gone = message.contains("not found") || message.contains("NotFound");
                 let pod = info.pod.clone();
                 if !gone {
