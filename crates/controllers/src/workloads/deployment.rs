@@ -1114,3 +1114,44 @@ impl Sync<'_> {
 fn util_last_applied() -> &'static str {
     kubeforge_runtime::LAST_APPLIED_ANNOTATION
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(replicas: i32, strategy: serde_json::Value) -> Deployment {
+        serde_json::from_value(json!({"metadata": {"name": "x"}, "spec": {
+            "replicas": replicas, "selector": {"matchLabels": {"a": "b"}}, "strategy": strategy,
+            "template": {"metadata": {"labels": {"a": "b"}}}}}))
+        .unwrap_or_default()
+    }
+
+    fn fence(replicas: i32, strategy: serde_json::Value) -> (i32, i32) {
+        let p = plan(&d(replicas, strategy)).unwrap_or(Plan {
+            replicas: -1,
+            max_surge: -1,
+            max_unavailable: -1,
+            rolling: false,
+        });
+        (p.max_surge, p.max_unavailable)
+    }
+
+    #[test]
+    fn fenceposts_round_like_kube() {
+        // Defaults 25%/25%: surge rounds up, unavailable down.
+        assert_eq!(fence(3, json!({})), (1, 0));
+        assert_eq!(fence(10, json!({})), (3, 2));
+        // Both zero: one pod may be unavailable.
+        let zero =
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}});
+        assert_eq!(fence(4, zero), (0, 1));
+        // maxUnavailable never exceeds replicas; zero replicas → 0.
+        let big =
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 9}});
+        assert_eq!(fence(2, big.clone()), (1, 2));
+        assert_eq!(fence(0, big), (1, 0));
+        assert_eq!(fence(5, json!({"type": "Recreate"})), (0, 0));
+        let bad = json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "x%"}});
+        assert!(plan(&d(3, bad)).is_err());
+    }
+}
