@@ -86,11 +86,19 @@ async fn gang_of_four_all_or_nothing() {
             None
         );
     }
-    let evs = events(&c, "short-0").await;
-    assert!(
-        evs.iter()
-            .any(|(r, n)| r == "FailedScheduling" && n.contains("timeout")),
-        "{evs:?}"
-    );
+    // the timeout is reported (events are written asynchronously)
+    let start = std::time::Instant::now();
+    loop {
+        let evs = events(&c, "short-0").await;
+        if evs
+            .iter()
+            .any(|(r, n)| r == "FailedScheduling" && n.contains("timeout"))
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{evs:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(node_after(&c, "short-1", Duration::ZERO).await, None);
     sched.stop().await;
 }
