@@ -221,12 +221,18 @@ async fn failing_extender_is_skipped_only_when_ignorable() {
         node_after(&c, "strict", std::time::Duration::from_millis(700)).await,
         None
     );
-    let evs = events(&c, "strict").await;
-    assert!(
-        evs.iter()
-            .any(|(r, n)| r == "FailedScheduling" && n.contains("extender")),
-        "{evs:?}"
-    );
+    let start = std::time::Instant::now();
+    loop {
+        let evs = events(&c, "strict").await;
+        if evs
+            .iter()
+            .any(|(r, n)| r == "FailedScheduling" && n.contains("extender"))
+        {
+            break;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "{evs:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     sched.stop().await;
     let sched = SchedulerBuilder::new(c.clone())
         .config(cfg(true))
