@@ -9,7 +9,8 @@
 //!    ReplicaSet, with nothing else running.
 //!
 //! `cargo bench -p kubeforge-controllers --bench workloads`
-//! (env `ROLLOUTS`, `RS_REPLICAS` to change the sizes).
+//! (env `ROLLOUTS`, `RS_REPLICAS` to change the sizes; `TRACE=1` prints the
+//! stages of the first rollouts: ReplicaSet, pods, bound, running, available).
 
 use std::time::{Duration, Instant};
 
@@ -62,7 +63,49 @@ async fn rollouts(n: usize) -> anyhow_free::Result<()> {
             "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "nginx", "image": "nginx"}]}}}}))?;
         let t0 = Instant::now();
         api.create(&PostParams::default(), &d).await?;
+        let trace = std::env::var("TRACE").is_ok() && i < 3;
+        let mut last = String::new();
         loop {
+            if trace {
+                let pods: Api<k8s_openapi::api::core::v1::Pod> =
+                    Api::default_namespaced(client.clone());
+                let rss: Api<ReplicaSet> = Api::default_namespaced(client.clone());
+                let ps = pods
+                    .list(&kube::api::ListParams::default().labels(&format!("app={name}")))
+                    .await?
+                    .items;
+                let bound = ps
+                    .iter()
+                    .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+                    .count();
+                let running = ps
+                    .iter()
+                    .filter(|p| {
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    })
+                    .count();
+                let rs = rss
+                    .list(&kube::api::ListParams::default().labels(&format!("app={name}")))
+                    .await?
+                    .items;
+                let rs_s = rs.first().map(|r| {
+                    format!(
+                        "{:?}/{:?}",
+                        r.status.as_ref().map(|s| s.replicas),
+                        r.status.as_ref().and_then(|s| s.available_replicas)
+                    )
+                });
+                let now = format!(
+                    "rs={} {:?} pods={} bound={bound} running={running}",
+                    rs.len(),
+                    rs_s,
+                    ps.len()
+                );
+                if now != last {
+                    eprintln!("{:>7.1} ms {now}", t0.elapsed().as_secs_f64() * 1e3);
+                    last = now;
+                }
+            }
             let d = api.get(&name).await?;
             let s = d.status.unwrap_or_default();
             if d.metadata.generation <= s.observed_generation
