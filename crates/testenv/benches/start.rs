@@ -5,7 +5,8 @@
 //!   kube-rs call (GET namespace `default`), p50/p99 over many starts, with
 //!   the default built-in controllers, without them, with one CRD (first
 //!   call: LIST of its kind), and on loopback (first call over HTTP); and
-//!   start → the built-in controllers' caches synced;
+//!   start → the built-in controllers' caches synced; the same first GET on
+//!   a current-thread runtime (what `#[tokio::test]` uses by default);
 //! - `faults`: GET latency through an idle fault layer against the server's
 //!   plain in-process client, and with 2 ms of injected latency.
 //!
@@ -203,6 +204,32 @@ fn main() {
         if want("start") {
             start().await;
         }
+    });
+    if want("start") {
+        // `#[tokio::test]`'s default runtime: one thread for the test and
+        // the controllers.
+        let single = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        single.block_on(async {
+            starts(
+                "start → first GET (current-thread runtime, controllers)",
+                500,
+                TestEnv::builder,
+                first_call_ns,
+            )
+            .await;
+            starts(
+                "start → first GET (current-thread runtime, no controllers)",
+                500,
+                || TestEnv::builder().builtin_controllers(false),
+                first_call_ns,
+            )
+            .await;
+        });
+    }
+    rt.block_on(async {
         if want("faults") {
             faults().await;
         }

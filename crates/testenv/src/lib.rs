@@ -317,18 +317,6 @@ pub struct TestEnv {
     loopback: Option<Loopback>,
 }
 
-#[cfg(test)]
-mod tests {
-    fn send_sync<T: Send + Sync>() {}
-
-    #[test]
-    fn handles_move_between_tasks() {
-        send_sync::<super::TestEnv>();
-        send_sync::<super::FaultHandle>();
-        send_sync::<super::TestEnvBuilder>();
-    }
-}
-
 impl std::fmt::Debug for TestEnv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TestEnv")
@@ -525,4 +513,16 @@ pub fn kubeconfig_yaml(addr: SocketAddr) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: kubeforge\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: kubeforge\n  context:\n    cluster: kubeforge\n    user: kubeforge\n    namespace: default\ncurrent-context: kubeforge\nusers:\n- name: kubeforge\n  user: {{}}\n"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_move_between_tasks() {
+        send_sync::<super::TestEnv>();
+        send_sync::<super::FaultHandle>();
+        send_sync::<super::TestEnvBuilder>();
+    }
 }
