@@ -79,11 +79,14 @@ impl PreScorePlugin for ImageLocality {
         if pod.images.is_empty() {
             return Status::skip();
         }
-        let counts = pod
+        let counts: Vec<(String, usize)> = pod
             .images
             .iter()
             .map(|i| (i.clone(), snapshot.image_num_nodes(i)))
             .collect();
+        if counts.iter().all(|(_, c)| *c == 0) {
+            return Status::skip(); // no node has any of the images
+        }
         state.write(
             SPREAD_KEY,
             ImageSpread {

@@ -5,7 +5,7 @@
 use super::helper::{default_normalize_score, plugin};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, NodeInfo, NodeScore, PodInfo,
-    PreFilterPlugin, PreFilterResult, ScorePlugin, Snapshot, Status,
+    PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Snapshot, Status,
 };
 
 /// The NodeAffinity plugin.
@@ -56,6 +56,23 @@ impl FilterPlugin for NodeAffinity {
             Status::success()
         } else {
             Status::unresolvable("node(s) didn't match Pod's node affinity/selector")
+        }
+    }
+}
+
+impl PreScorePlugin for NodeAffinity {
+    fn pre_score(
+        &self,
+        _: &mut CycleState,
+        pod: &PodInfo,
+        _: &[&NodeInfo],
+        _: &Snapshot,
+    ) -> Status {
+        // No preferred terms: every node scores the same, nothing to rank.
+        if pod.preferred_node_terms.is_empty() {
+            Status::skip()
+        } else {
+            Status::success()
         }
     }
 }

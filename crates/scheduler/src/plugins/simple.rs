@@ -3,8 +3,8 @@
 
 use super::helper::plugin;
 use crate::framework::{
-    ClusterEvent, CycleState, FilterPlugin, NodeInfo, PodInfo, PreEnqueuePlugin, QueueSortPlugin,
-    QueuedPodInfo, Status, types::tolerates,
+    ClusterEvent, CycleState, FilterPlugin, NodeInfo, PodInfo, PreEnqueuePlugin, PreFilterPlugin,
+    PreFilterResult, QueueSortPlugin, QueuedPodInfo, Snapshot, Status, types::tolerates,
 };
 use k8s_openapi::api::core::v1::Taint;
 
@@ -87,6 +87,21 @@ plugin!(
     events = vec![ClusterEvent::NodeAdd]
 );
 
+impl PreFilterPlugin for NodeName {
+    fn pre_filter(
+        &self,
+        _: &mut CycleState,
+        pod: &PodInfo,
+        _: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status) {
+        if pod.node_name().is_some() {
+            (None, Status::success())
+        } else {
+            (None, Status::skip())
+        }
+    }
+}
+
 impl FilterPlugin for NodeName {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         match pod.node_name() {
@@ -106,6 +121,21 @@ plugin!(
     [filter],
     events = vec![ClusterEvent::NodeAdd, ClusterEvent::PodDelete]
 );
+
+impl PreFilterPlugin for NodePorts {
+    fn pre_filter(
+        &self,
+        _: &mut CycleState,
+        pod: &PodInfo,
+        _: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status) {
+        if pod.host_ports.is_empty() {
+            (None, Status::skip())
+        } else {
+            (None, Status::success())
+        }
+    }
+}
 
 impl FilterPlugin for NodePorts {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {

@@ -4,7 +4,7 @@
 use super::helper::{default_normalize_score, plugin};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, NodeInfo, NodeScore, PodInfo,
-    ScorePlugin, Status, types::tolerates,
+    PreScorePlugin, ScorePlugin, Snapshot, Status, types::tolerates,
 };
 
 /// The TaintToleration plugin.
@@ -31,6 +31,26 @@ impl FilterPlugin for TaintToleration {
             }
         }
         Status::success()
+    }
+}
+
+impl PreScorePlugin for TaintToleration {
+    fn pre_score(
+        &self,
+        _: &mut CycleState,
+        _: &PodInfo,
+        nodes: &[&NodeInfo],
+        _: &Snapshot,
+    ) -> Status {
+        // Without PreferNoSchedule taints every node scores the same.
+        if nodes
+            .iter()
+            .any(|n| n.taints.iter().any(|t| t.effect == "PreferNoSchedule"))
+        {
+            Status::success()
+        } else {
+            Status::skip()
+        }
     }
 }
 
