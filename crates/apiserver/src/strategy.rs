@@ -406,12 +406,7 @@ pub fn default_pod_spec(spec: &mut Value, is_pod: bool) {
         if let Some(sa) = m.get("serviceAccountName").cloned() {
             set_default(m, "serviceAccount", sa);
         }
-        if m.get("tolerations").is_none() {
-            m.insert("tolerations".into(), json!([
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-            ]));
-        }
+        default_toleration_seconds(m);
     }
     for list in ["containers", "initContainers"] {
         if let Some(cs) = m.get_mut(list).and_then(Value::as_array_mut) {
@@ -419,6 +414,33 @@ pub fn default_pod_spec(spec: &mut Value, is_pod: bool) {
                 default_container(c);
             }
         }
+    }
+}
+
+/// kube's DefaultTolerationSeconds admission: a pod that does not already
+/// tolerate the not-ready / unreachable NoExecute taints (a toleration with
+/// that key or no key, and effect NoExecute or none) gets one for 300 s.
+fn default_toleration_seconds(m: &mut Map<String, Value>) {
+    let list = m
+        .get("tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let tolerated = |key: &str| {
+        list.iter().any(|t| {
+            let k = t.get("key").and_then(Value::as_str).unwrap_or("");
+            let e = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            (k == key || k.is_empty()) && (e == "NoExecute" || e.is_empty())
+        })
+    };
+    let mut out = list.clone();
+    for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+        if !tolerated(key) {
+            out.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+        }
+    }
+    if out.len() != list.len() {
+        m.insert("tolerations".into(), Value::Array(out));
     }
 }
 

@@ -470,7 +470,7 @@ async fn node_lifecycle_marks_unreachable_and_evicts() {
     pods.create(&PostParams::default(), &pod("short", json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1}]))).await.expect("pod");
     pods.create(
         &PostParams::default(),
-        &pod("none", json!([{"key": "other", "operator": "Exists"}])),
+        &pod("none", json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0}])),
     )
     .await
     .expect("pod");
@@ -480,6 +480,26 @@ async fn node_lifecycle_marks_unreachable_and_evicts() {
     )
     .await
     .expect("pod");
+    // DefaultTolerationSeconds: a pod with unrelated tolerations still gets
+    // the 300 s not-ready/unreachable ones.
+    let custom = pods
+        .create(
+            &PostParams::default(),
+            &pod("custom", json!([{"key": "other", "operator": "Exists"}])),
+        )
+        .await
+        .expect("pod");
+    let tol = custom.spec.and_then(|s| s.tolerations).unwrap_or_default();
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        assert!(
+            tol.iter()
+                .any(|t| t.key.as_deref() == Some(key) && t.toleration_seconds == Some(300)),
+            "{key} toleration added: {tol:?}"
+        );
+    }
     for n in ["short", "none", "default"] {
         set_pod_status(&env.client, "default", n, Fate::Ready, "10.9.0.1").await;
     }
@@ -509,7 +529,7 @@ async fn node_lifecycle_marks_unreachable_and_evicts() {
     })
     .await;
     eventually(
-        "untolerating pod evicted at once",
+        "pod tolerating 0 s evicted at once",
         Duration::from_secs(5),
         || async { pods.get_opt("none").await.expect("get").is_none() },
     )
