@@ -142,6 +142,11 @@ pub fn json_path(obj: &Value, path: &str) -> Option<Value> {
                         next.extend(a.iter());
                     }
                 }
+                Seg::Filter { ref path, ref test } => {
+                    if let Some(a) = v.as_array() {
+                        next.extend(a.iter().filter(|item| Seg::keeps(path, test, item)));
+                    }
+                }
             }
         }
         current = next;
@@ -166,27 +171,107 @@ enum Seg<'a> {
     Field(&'a str),
     Index(i64),
     All,
+    /// `[?(@.a.b == "x")]`, `!=`, or `[?(@.a)]` (present).
+    Filter {
+        path: Vec<&'a str>,
+        test: Option<(bool, Value)>,
+    },
 }
 
+impl Seg<'_> {
+    /// Whether an array item passes a filter.
+    fn keeps(path: &[&str], test: &Option<(bool, Value)>, item: &Value) -> bool {
+        let mut v = Some(item);
+        for f in path {
+            v = v.and_then(|x| x.get(*f));
+        }
+        match (v, test) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(x), Some((eq, want))) => {
+                // Literals compare as JSON values, numbers as numbers.
+                let same = match (x, want) {
+                    (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+                    _ => x == want,
+                };
+                same == *eq
+            }
+        }
+    }
+}
+
+/// Parse `@.a.b == "x"` (or `!=`, or just `@.a.b`).
+fn parse_filter(expr: &str) -> Option<Seg<'_>> {
+    let expr = expr.trim();
+    let (lhs, test) = match expr.find("==").or_else(|| expr.find("!=")) {
+        Some(i) => {
+            let eq = &expr[i..i + 2] == "==";
+            let lit = expr[i + 2..].trim();
+            let value = if let Some(q) = lit
+                .strip_prefix('"')
+                .and_then(|l| l.strip_suffix('"'))
+                .or_else(|| lit.strip_prefix('\'').and_then(|l| l.strip_suffix('\'')))
+            {
+                Value::String(q.to_string())
+            } else {
+                serde_json::from_str(lit).ok()?
+            };
+            (expr[..i].trim(), Some((eq, value)))
+        }
+        None => (expr, None),
+    };
+    let lhs = lhs.strip_prefix('@')?;
+    let path = lhs.split('.').filter(|f| !f.is_empty()).collect();
+    Some(Seg::Filter { path, test })
+}
+
+/// Split a JSONPath into segments; brackets may hold dots and quotes.
 fn split_path(p: &str) -> Vec<Seg<'_>> {
     let mut out = Vec::new();
-    for part in p.split('.') {
-        if part.is_empty() {
-            continue;
-        }
-        let (name, rest) = match part.find('[') {
-            Some(i) => (&part[..i], &part[i..]),
-            None => (part, ""),
-        };
-        if !name.is_empty() {
-            out.push(Seg::Field(name));
-        }
-        for idx in rest.split('[').filter(|s| !s.is_empty()) {
-            let idx = idx.trim_end_matches(']');
-            if idx == "*" {
-                out.push(Seg::All);
-            } else if let Ok(i) = idx.parse::<i64>() {
-                out.push(Seg::Index(i));
+    let bytes = p.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'.' => i += 1,
+            b'[' => {
+                // Find the closing bracket outside quotes.
+                let mut j = i + 1;
+                let mut quote: Option<u8> = None;
+                while j < bytes.len() {
+                    match (quote, bytes[j]) {
+                        (Some(q), c) if c == q => quote = None,
+                        (None, b'"' | b'\'') => quote = Some(bytes[j]),
+                        (None, b']') => break,
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                let inner = p[i + 1..j.min(p.len())].trim();
+                if inner == "*" {
+                    out.push(Seg::All);
+                } else if let Ok(n) = inner.parse::<i64>() {
+                    out.push(Seg::Index(n));
+                } else if let Some(f) = inner
+                    .strip_prefix("?(")
+                    .and_then(|f| f.strip_suffix(')'))
+                    .and_then(parse_filter)
+                {
+                    out.push(f);
+                } else if let Some(name) = inner
+                    .strip_prefix('\'')
+                    .and_then(|n| n.strip_suffix('\''))
+                    .or_else(|| inner.strip_prefix('"').and_then(|n| n.strip_suffix('"')))
+                {
+                    out.push(Seg::Field(name));
+                }
+                i = j + 1;
+            }
+            _ => {
+                let start = i;
+                while i < bytes.len() && bytes[i] != b'.' && bytes[i] != b'[' {
+                    i += 1;
+                }
+                out.push(Seg::Field(&p[start..i]));
             }
         }
     }
@@ -336,5 +421,22 @@ mod tests {
         assert_eq!(json_path(&v, ".spec.a[1].b"), Some(json!(2)));
         assert_eq!(json_path(&v, "{.spec.a[*].b}"), Some(json!("1,2")));
         assert_eq!(json_path(&v, ".spec.missing"), None);
+        let c = json!({"status": {"conditions": [
+            {"type": "Progressing", "status": "True", "n": 1},
+            {"type": "Available", "status": "False", "n": 2}]}});
+        assert_eq!(
+            json_path(&c, ".status.conditions[?(@.type==\"Available\")].status"),
+            Some(json!("False"))
+        );
+        assert_eq!(
+            json_path(&c, ".status.conditions[?(@.type != 'Available')].type"),
+            Some(json!("Progressing"))
+        );
+        assert_eq!(
+            json_path(&c, ".status.conditions[?(@.n==2)].type"),
+            Some(json!("Available"))
+        );
+        assert_eq!(json_path(&c, ".status.conditions[?(@.x)].type"), None);
+        assert_eq!(json_path(&c, ".status['conditions'][0].n"), Some(json!(1)));
     }
 }
