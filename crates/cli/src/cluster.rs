@@ -162,7 +162,11 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
     } else {
         // The simulated kubelets finish graceful pod deletion.
         server.set_graceful_pod_deletion(true);
-        let options = SimulatorOptions::new(nodes).delays(delays);
+        let mut options = SimulatorOptions::new(nodes).delays(delays);
+        // Renew Leases well within the grace period (the kubelet's 10 s
+        // against 40 s), so a short --node-monitor-grace-period is safe.
+        options.lease_interval = (args.node_monitor_grace_period / 4)
+            .clamp(Duration::from_millis(100), options.lease_interval);
         Some(
             NodeSimulator::start(server.client(), options)
                 .await

@@ -322,8 +322,9 @@ spec:
 #[test]
 fn statefulset_creates_pods_in_order() {
     let k = default_kubectl();
-    // A visible start delay, so an out-of-order create would be seen.
-    let c = Cluster::start(&["--memory", "--pod-start-delay", "700ms"]);
+    // A start delay over a second: a pod created only once its predecessor
+    // runs has a later creationTimestamp (second resolution).
+    let c = Cluster::start(&["--memory", "--pod-start-delay", "1500ms"]);
     c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(STATEFULSET));
     let mut seen = Vec::new();
     wait_for(
@@ -352,7 +353,12 @@ fn statefulset_creates_pods_in_order() {
         },
     );
     assert_eq!(seen.last().map(Vec::len), Some(3));
-    assert!(seen.len() >= 3, "pods appeared one by one: {seen:?}");
+    let created = c.ok(&k, &["get", "pods", "-l", "app=sts", "-o", "jsonpath={range .items[*]}{.metadata.name}={.metadata.creationTimestamp}{\"\\n\"}{end}"]);
+    let created: BTreeMap<&str, &str> = created.lines().filter_map(|l| l.split_once('=')).collect();
+    assert!(
+        created["web-0"] < created["web-1"] && created["web-1"] < created["web-2"],
+        "created one after another: {created:?}"
+    );
     c.stop();
 }
 
@@ -370,8 +376,6 @@ spec:
       tolerations:
         - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
         - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
-      topologySpreadConstraints:
-        - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: app}}}
       containers: [{name: app, image: nginx}]
 ";
 
@@ -382,22 +386,18 @@ fn stopped_heartbeats_make_a_node_not_ready_and_its_pods_move() {
     c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(TOLERANT));
     c.ok(&k, &["rollout", "status", "deploy/app", "--timeout=60s"]);
     let before = pods(&c, &k, "app=app");
-    assert!(before.iter().any(|p| p.node == "node-1"), "{before:?}");
+    let node = before[0].node.clone();
+    let node = node.as_str();
 
     c.ok(
         &k,
-        &[
-            "annotate",
-            "node",
-            "node-1",
-            "kubeforge.dev/heartbeats=stopped",
-        ],
+        &["annotate", "node", node, "kubeforge.dev/heartbeats=stopped"],
     );
     wait_for(
         "node-1 NotReady with the unreachable taint",
         Duration::from_secs(60),
         || {
-            let s = c.ok(&k, &["get", "node", "node-1", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}|{.spec.taints[*].key}"]);
+            let s = c.ok(&k, &["get", "node", node, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}|{.spec.taints[*].key}"]);
             s.starts_with("Unknown|") && s.contains("node.kubernetes.io/unreachable")
         },
     );
@@ -405,28 +405,25 @@ fn stopped_heartbeats_make_a_node_not_ready_and_its_pods_move() {
     assert!(
         status
             .lines()
-            .any(|l| l.starts_with("node-1") && l.contains("NotReady")),
+            .any(|l| l.starts_with(node) && l.contains("NotReady")),
         "{status}"
     );
     // Its pod is evicted (terminating: the node's kubelet is gone) and
     // replaced on another node.
     wait_for("3 running pods off node-1", Duration::from_secs(60), || {
         let rows = pods(&c, &k, "app=app");
-        running(&rows) == 3 && rows.iter().all(|p| p.node != "node-1")
+        running(&rows) == 3 && rows.iter().all(|p| p.node != node)
     });
 
     // Heartbeats resume: Ready again, the taint goes.
-    c.ok(
-        &k,
-        &["annotate", "node", "node-1", "kubeforge.dev/heartbeats-"],
-    );
+    c.ok(&k, &["annotate", "node", node, "kubeforge.dev/heartbeats-"]);
     wait_for("node-1 Ready again", Duration::from_secs(60), || {
         let s = c.ok(
             &k,
             &[
                 "get",
                 "node",
-                "node-1",
+                node,
                 "-o",
                 "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}|{.spec.taints[*].key}",
             ],
