@@ -144,7 +144,10 @@ pub fn validate(ctx: &Ctx<'_>, obj: &Value, causes: &mut Vec<Cause>) {
 /// present, non-empty and select the template's labels, as kube-apiserver's
 /// apps validation requires (else 422).
 fn validate_workload_selector(kind: &str, obj: &Value, causes: &mut Vec<Cause>) {
-    if !matches!(kind, "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") {
+    if !matches!(
+        kind,
+        "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet"
+    ) {
         return;
     }
     let Some(spec) = obj.get("spec") else { return };
@@ -167,7 +170,10 @@ fn validate_workload_selector(kind: &str, obj: &Value, causes: &mut Vec<Cause>) 
     if match_labels.is_none_or(Map::is_empty) && exprs.is_none_or(Vec::is_empty) {
         causes.push(Cause {
             reason: "FieldValueInvalid".into(),
-            message: format!("Invalid value: {sel}: empty selector is invalid for {}", kind.to_lowercase()),
+            message: format!(
+                "Invalid value: {sel}: empty selector is invalid for {}",
+                kind.to_lowercase()
+            ),
             field: "spec.selector".into(),
         });
         return;
@@ -183,7 +189,10 @@ fn validate_workload_selector(kind: &str, obj: &Value, causes: &mut Vec<Cause>) 
             .and_then(Value::as_array)
             .map(|v| v.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
-        let op = e.get("operator").and_then(Value::as_str).unwrap_or_default();
+        let op = e
+            .get("operator")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let hit = match op {
             "In" => label(key).is_some_and(|v| values.contains(&v)),
             "NotIn" => label(key).is_none_or(|v| !values.contains(&v)),
@@ -434,7 +443,10 @@ fn default_toleration_seconds(m: &mut Map<String, Value>) {
         })
     };
     let mut out = list.clone();
-    for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
         if !tolerated(key) {
             out.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
         }
