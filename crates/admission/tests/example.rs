@@ -30,7 +30,11 @@ async fn custom_webhook_example_registers_and_denies() {
         .expect("target dir")
         .join("examples")
         .join("team_label");
-    assert!(example.exists(), "{} was not built: run `cargo test -p kubeforge-admission` (which builds the examples)", example.display());
+    assert!(
+        example.exists(),
+        "{} was not built: run `cargo test -p kubeforge-admission` (which builds the examples)",
+        example.display()
+    );
     let (server, client) = cluster().await;
     let dir = TempDir::new("example");
     let (_addr, kubeconfig) = serve_loopback(&server, &dir.0).await;

@@ -230,7 +230,10 @@ async fn failing_extender_is_skipped_only_when_ignorable() {
         {
             break;
         }
-        assert!(start.elapsed() < std::time::Duration::from_secs(10), "{evs:?}");
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "{evs:?}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     sched.stop().await;
