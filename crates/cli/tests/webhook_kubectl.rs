@@ -5,7 +5,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -85,7 +85,7 @@ fn limited(name: &str, image: &str) -> String {
     LIMITS.replace("NAME", name).replace("IMAGE", image)
 }
 
-fn apply(cluster: &Cluster, kubectl: &PathBuf, yaml: &str) {
+fn apply(cluster: &Cluster, kubectl: &Path, yaml: &str) {
     let out = cluster.kubectl_stdin(kubectl, &["apply", "-f", "-"], Some(yaml));
     assert!(
         out.status.success(),
@@ -94,7 +94,7 @@ fn apply(cluster: &Cluster, kubectl: &PathBuf, yaml: &str) {
     );
 }
 
-fn wait_ready(cluster: &Cluster, kubectl: &PathBuf, policy: &str) {
+fn wait_ready(cluster: &Cluster, kubectl: &Path, policy: &str) {
     cluster.ok(
         kubectl,
         &[
