@@ -63,13 +63,9 @@ async fn whole_cluster_rollout_job_and_node_failure() {
         .config(config)
         .start()
         .expect("scheduler");
-    // Job pods run 200 ms: with a zero run time the simulator's pool can
-    // write a pod's Running status after its Succeeded one (two workers,
-    // no per-pod ordering), leaving it Running for ever.
-    let delays = Delays {
-        complete: Duration::from_millis(200),
-        ..Delays::zero()
-    };
+    // Zero delays: a Job pod's Running and Succeeded statuses are written
+    // back to back, which only works if the simulator keeps their order.
+    let delays = Delays::zero();
     let mut opts = SimulatorOptions::new(config::uniform(3).expect("nodes")).delays(delays);
     opts.lease_interval = Duration::from_millis(200);
     let sim = NodeSimulator::start(client.clone(), opts)

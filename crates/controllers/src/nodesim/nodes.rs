@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::pool::Write;
@@ -210,7 +210,7 @@ pub(crate) async fn heartbeats(
     client: Client,
     shared: Arc<Shared>,
     options: SimulatorOptions,
-    writes: mpsc::Sender<Write>,
+    writes: super::pool::Writes,
     mut stop: watch::Receiver<bool>,
 ) {
     let n = shared.nodes.len().max(1);

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::nodes::{fnv, now_time};
@@ -136,7 +136,7 @@ struct Core {
     ips: Vec<Ips>,
     timers: BinaryHeap<Reverse<Timer>>,
     seq: u64,
-    writes: mpsc::Sender<Write>,
+    writes: super::pool::Writes,
     /// Keys seen during a watch re-list (to forget pods deleted meanwhile).
     relist: Option<HashSet<Arc<str>>>,
 }
@@ -146,7 +146,7 @@ pub(crate) async fn run(
     client: Client,
     shared: Arc<Shared>,
     delays: Delays,
-    writes: mpsc::Sender<Write>,
+    writes: super::pool::Writes,
     mut stop: watch::Receiver<bool>,
 ) {
     let ips = shared.nodes.iter().map(|n| Ips::new(n.pod_cidr)).collect();

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kube::Client;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::Shared;
@@ -38,34 +38,65 @@ pub(crate) enum Write {
 const QUEUE: usize = 2048;
 const ATTEMPTS: u32 = 5;
 
+/// The sending side: writes about one object always go to the same worker,
+/// so a pod's Running and Succeeded statuses are sent in the order they
+/// were made (workers sharing one queue could reorder them).
+#[derive(Clone)]
+pub(crate) struct Writes {
+    shards: Arc<[mpsc::Sender<Write>]>,
+}
+
+impl Writes {
+    /// Queue `w` on its object's worker (waits while that queue is full).
+    pub(crate) async fn send(&self, w: Write) -> Result<(), mpsc::error::SendError<Write>> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        match &w {
+            Write::PodStatus {
+                namespace, name, ..
+            }
+            | Write::PodDelete {
+                namespace, name, ..
+            } => (namespace, name).hash(&mut h),
+            Write::Lease { name, .. } | Write::NodeStatus { name, .. } => name.hash(&mut h),
+        }
+        let i = (h.finish() % self.shards.len() as u64) as usize;
+        self.shards[i].send(w).await
+    }
+}
+
 pub(crate) struct Pool {
-    tx: mpsc::Sender<Write>,
+    writes: Writes,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Pool {
     pub(crate) fn start(client: Client, workers: usize, shared: Arc<Shared>) -> Pool {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        let rx = Arc::new(Mutex::new(rx));
+        let workers = workers.max(1);
+        let mut shards = Vec::with_capacity(workers);
         let tasks = (0..workers)
             .map(|_| {
-                let rx = rx.clone();
+                let (tx, mut rx) = mpsc::channel::<Write>(QUEUE / workers + 1);
+                shards.push(tx);
                 let client = client.clone();
                 let shared = shared.clone();
                 tokio::spawn(async move {
-                    loop {
-                        let next = rx.lock().await.recv().await;
-                        let Some(w) = next else { break };
+                    while let Some(w) = rx.recv().await {
                         send(&client, &shared, w).await;
                     }
                 })
             })
             .collect();
-        Pool { tx, tasks }
+        Pool {
+            writes: Writes {
+                shards: shards.into(),
+            },
+            tasks,
+        }
     }
 
-    pub(crate) fn sender(&self) -> mpsc::Sender<Write> {
-        self.tx.clone()
+    pub(crate) fn sender(&self) -> Writes {
+        self.writes.clone()
     }
 
     /// The workers' tasks; they end once every sender is dropped and the
