@@ -47,16 +47,16 @@ fn kubectl_describe() {
         "{d}"
     );
 
-    let node = "apiVersion: v1\nkind: Node\nmetadata:\n  name: node-1\n  labels:\n    kubernetes.io/hostname: node-1\nstatus:\n  capacity:\n    cpu: \"4\"\n    memory: 8Gi\n    pods: \"110\"\n  allocatable:\n    cpu: \"4\"\n    memory: 8Gi\n    pods: \"110\"\n";
+    let node = "apiVersion: v1\nkind: Node\nmetadata:\n  name: hand-made\n  labels:\n    kubernetes.io/hostname: hand-made\nstatus:\n  capacity:\n    cpu: \"4\"\n    memory: 8Gi\n    pods: \"110\"\n  allocatable:\n    cpu: \"4\"\n    memory: 8Gi\n    pods: \"110\"\n";
     let out = c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(node));
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let n = c.ok(&k, &["describe", "node", "node-1"]);
+    let n = c.ok(&k, &["describe", "node", "hand-made"]);
     assert!(
-        n.contains("node-1") && n.contains("Capacity:") && n.contains("8Gi"),
+        n.contains("hand-made") && n.contains("Capacity:") && n.contains("8Gi"),
         "{n}"
     );
 
