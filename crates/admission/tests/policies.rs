@@ -168,7 +168,17 @@ async fn policies_end_to_end() {
         .expect("critical");
     let spec = critical.spec.expect("spec");
     assert_eq!(spec.priority_class_name.as_deref(), Some("critical-apps"));
-    assert_eq!(spec.tolerations.map(|t| t.len()), Some(1));
+    // The policy's toleration, beside the server's default not-ready and
+    // unreachable ones (DefaultTolerationSeconds).
+    let tolerations = spec.tolerations.unwrap_or_default();
+    assert_eq!(
+        tolerations
+            .iter()
+            .filter(|t| t.key.as_deref() == Some("dedicated"))
+            .count(),
+        1,
+        "{tolerations:?}"
+    );
 
     let injected: Api<Pod> = Api::namespaced(client.clone(), "injected");
     let p = injected

@@ -112,24 +112,28 @@ fn kustomize_apply_samples_resize_delete() {
         "jsonpath={.spec.template.spec.containers[0].image}",
     ]);
     assert_eq!(image, "example.test/memcached:1.6");
-    // The printer columns are there. (READY uses a JSONPath filter,
-    // `.status.conditions[?(@.type=="Available")].status`, which the
-    // embedded server's Table printer does not evaluate yet: kubectl's own
-    // JSONPath reads the condition.)
-    let table = get(&["get", "memcached"]);
-    assert!(
-        table.contains("SIZE") && table.contains("READY") && table.contains("AGE"),
-        "{table}"
-    );
-    wait_for("Available=False (no pods run)", || {
+    // `up` runs the workload controllers and simulated nodes, so the pods
+    // really run and the Deployment reports them available.
+    wait_for("Available=True", || {
         get(&[
             "get",
             "memcached",
             "memcached-sample",
             "-o",
             r#"jsonpath={.status.conditions[?(@.type=="Available")].status}"#,
-        ]) == "False"
+        ]) == "True"
     });
+    // The printer columns, READY evaluated by the server's JSONPath filter.
+    let table = get(&["get", "memcached", "memcached-sample"]);
+    let row = table.lines().nth(1).unwrap_or_default();
+    assert!(
+        table.contains("SIZE") && table.contains("READY") && table.contains("AGE"),
+        "{table}"
+    );
+    assert!(
+        row.split_whitespace().nth(1) == Some("3") && row.split_whitespace().nth(2) == Some("True"),
+        "{table}"
+    );
 
     // Resize.
     cluster.ok(
