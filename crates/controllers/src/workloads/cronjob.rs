@@ -130,6 +130,20 @@ async fn reconcile(cj: Arc<CronJob>, ctx: Arc<super::Shared>) -> Result<Action, 
     }
 
     let mut last_schedule = old.last_schedule_time.as_ref().map(|t| t.0);
+    // Our Jobs say when they were scheduled: a reconcile reading a CronJob
+    // older than its Jobs (the status write not yet in the cache) must not
+    // move lastScheduleTime back, or Forbid would never record it again.
+    for j in &jobs {
+        if let Some(t) = j
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SCHEDULED_TIMESTAMP))
+            .and_then(|v| v.parse::<jiff::Timestamp>().ok())
+        {
+            last_schedule = Some(last_schedule.map_or(t, |l| l.max(t)));
+        }
+    }
     let mut next_wake: Option<Duration> = None;
     let parsed = parse(&spec.schedule, spec.time_zone.as_deref());
     match (&parsed, spec.suspend.unwrap_or(false)) {
@@ -213,8 +227,25 @@ async fn reconcile(cj: Arc<CronJob>, ctx: Arc<super::Shared>) -> Result<Action, 
                                 )
                                 .await;
                         }
-                        // Created before (a stale cache): fine.
-                        Err(e) if crate::status_code(&e) == Some(409) => {}
+                        // Created before (our Job cache is behind): it is
+                        // still this schedule's Job, so it counts as active —
+                        // else this status write would clear `active`.
+                        Err(e) if crate::status_code(&e) == Some(409) => {
+                            let n = job.metadata.name.clone().unwrap_or_default();
+                            match jobs_api.get(&n).await {
+                                Ok(j)
+                                    if controller_of(&j.metadata).is_some_and(|r| r.uid == uid) =>
+                                {
+                                    if !active.iter().any(|r| r.name.as_deref() == Some(n.as_str()))
+                                    {
+                                        active.push(job_ref(&j));
+                                    }
+                                }
+                                Ok(_) => {}
+                                Err(e) if crate::is_not_found(&e) => {}
+                                Err(e) => return Err(ReconcileError::new(e)),
+                            }
+                        }
                         Err(e) => {
                             let _ = ctx
                                 .events
