@@ -30,6 +30,7 @@ mod discovery;
 pub mod error;
 mod fieldset;
 mod jsonpatch;
+mod kubeconfig;
 mod object;
 mod patch;
 mod protobuf;
@@ -43,4 +44,5 @@ pub mod table;
 mod watch;
 
 pub use error::{ApiError, Cause};
+pub use kubeconfig::kubeconfig_yaml;
 pub use server::{ApiServer, InProcess, KUBERNETES_VERSION};

@@ -7,6 +7,7 @@
 //! server.
 
 mod cluster;
+mod kubeclient;
 mod operator;
 mod scheduler;
 mod webhook;
@@ -213,9 +214,7 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
 fn write_kubeconfig(dir: &Path, addr: SocketAddr) -> Result<PathBuf> {
     let path =
         std::path::absolute(dir.join("kubeconfig")).context("resolving the kubeconfig path")?;
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kubeforge\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: kubeforge\n  context:\n    cluster: kubeforge\n    user: kubeforge\n    namespace: default\ncurrent-context: kubeforge\nusers:\n- name: kubeforge\n  user: {{}}\n"
-    );
+    let text = kubeforge_apiserver::kubeconfig_yaml(addr);
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
 }

@@ -112,24 +112,8 @@ pub async fn run(args: OperatorArgs) -> Result<()> {
     }
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("loading the kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer().await.context(
-            "no cluster configuration found: pass --kubeconfig, set KUBECONFIG, or run `kubeforge up`",
-        )?,
-    };
-    kube::Client::try_from(config).context("building the Kubernetes client")
-}
-
 async fn manager(a: &RunArgs, lock: &str, crd: &str) -> Result<Manager> {
-    let client = client(a.kubeconfig.as_ref()).await?;
+    let client = crate::kubeclient::client(a.kubeconfig.as_deref()).await?;
     if a.install_crd {
         install_crd(&client, crd).await?;
     }

@@ -26,29 +26,13 @@ pub struct SchedulerArgs {
     metrics_addr: Option<SocketAddr>,
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("loading the kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer().await.context(
-            "no cluster configuration found: pass --kubeconfig, set KUBECONFIG, or run `kubeforge up`",
-        )?,
-    };
-    kube::Client::try_from(config).context("building the Kubernetes client")
-}
-
 pub async fn run(args: SchedulerArgs) -> Result<()> {
     let config = match &args.config {
         Some(path) => SchedulerConfiguration::from_file(path)
             .with_context(|| format!("invalid scheduler configuration {}", path.display()))?,
         None => SchedulerConfiguration::default(),
     };
-    let client = client(args.kubeconfig.as_ref()).await?;
+    let client = crate::kubeclient::client(args.kubeconfig.as_deref()).await?;
     let scheduler = SchedulerBuilder::new(client)
         .config(config.clone())
         .start()

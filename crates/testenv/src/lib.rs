@@ -510,9 +510,7 @@ impl Drop for Loopback {
 /// embedded server does not authenticate), default namespace `default`;
 /// `kubectl` accepts it as is.
 pub fn kubeconfig_yaml(addr: SocketAddr) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kubeforge\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: kubeforge\n  context:\n    cluster: kubeforge\n    user: kubeforge\n    namespace: default\ncurrent-context: kubeforge\nusers:\n- name: kubeforge\n  user: {{}}\n"
-    )
+    kubeforge_apiserver::kubeconfig_yaml(addr)
 }
 
 #[cfg(test)]
