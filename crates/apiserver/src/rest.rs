@@ -573,9 +573,10 @@ pub(crate) fn validate(
     if ctx.def.custom.is_none() {
         object::strip_nulls(obj);
     }
-    let meta = obj.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    let empty = Value::Object(serde_json::Map::new());
+    let meta = obj.get("metadata").unwrap_or(&empty);
     let mut causes: Vec<Cause> = kubeforge_apimachinery::names::validate_object_meta(
-        &meta,
+        meta,
         ctx.def.name_rule,
         ctx.def.namespaced,
     )
