@@ -33,6 +33,7 @@ mod jsonpatch;
 mod kubeconfig;
 mod object;
 mod patch;
+mod priority;
 mod protobuf;
 pub mod registry;
 pub mod request;

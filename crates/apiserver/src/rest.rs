@@ -573,6 +573,7 @@ pub(crate) fn validate(
     if ctx.def.custom.is_none() {
         object::strip_nulls(obj);
     }
+    crate::priority::admit_class(ctx, obj)?;
     let empty = Value::Object(serde_json::Map::new());
     let meta = obj.get("metadata").unwrap_or(&empty);
     let mut causes: Vec<Cause> = kubeforge_apimachinery::names::validate_object_meta(
@@ -627,6 +628,7 @@ pub(crate) fn validate(
         }
     }
     crate::strategy::validate(ctx, obj, &mut causes);
+    crate::priority::validate_class(ctx, obj, old, &mut causes);
     if causes.is_empty() {
         Ok(())
     } else {
@@ -744,6 +746,9 @@ pub(crate) async fn create_object(
         )));
     }
     check_namespace(ctx, &name)?;
+    if ctx.def.strategy == Strategy::Pod {
+        crate::priority::admit_pod(ctx, &name, &mut obj)?;
+    }
     // --- admission (crate::admission): mutating webhooks ---
     let admission = crate::admission::Request {
         operation: crate::admission::Operation::Create,
@@ -1537,14 +1542,29 @@ fn collect_deleted(
 
 /// Create a namespace if it does not exist (server start-up).
 pub(crate) async fn ensure_namespace(server: &ApiServer, name: &str) -> ApiResult<()> {
-    let key = format!("/registry/core/namespaces/{name}");
-    if server.store().get(&key).is_some() {
-        return Ok(());
-    }
+    ensure_object(
+        server,
+        ("", "v1", "namespaces"),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+    )
+    .await
+}
+
+/// Create the cluster-scoped `obj` of `(group, version, plural)` through
+/// the normal create path unless an object of its name exists.
+pub(crate) async fn ensure_object(
+    server: &ApiServer,
+    (group, version, plural): (&str, &str, &str),
+    obj: Value,
+) -> ApiResult<()> {
     let def = server
         .registry()
-        .get("", "v1", "namespaces")
-        .ok_or_else(|| ApiError::internal("namespaces are not registered"))?;
+        .get(group, version, plural)
+        .ok_or_else(|| ApiError::internal(format!("{plural} are not registered")))?;
+    let name = meta_str(&obj, "name").unwrap_or_default().to_string();
+    if server.store().get(&def.key(None, &name)).is_some() {
+        return Ok(());
+    }
     let mut ctx = Ctx {
         server,
         def,
@@ -1555,12 +1575,7 @@ pub(crate) async fn ensure_namespace(server: &ApiServer, name: &str) -> ApiResul
         accept: Accept::default(),
         warnings: Vec::new(),
     };
-    match create_object(
-        &mut ctx,
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
-    )
-    .await
-    {
+    match create_object(&mut ctx, obj).await {
         Ok(_) => Ok(()),
         Err(e) if e.code == 409 => Ok(()),
         Err(e) => Err(e),

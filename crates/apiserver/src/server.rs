@@ -66,6 +66,7 @@ impl ApiServer {
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             crate::rest::ensure_namespace(&server, ns).await?;
         }
+        crate::priority::ensure_system_classes(&server).await?;
         Ok(server)
     }
 

@@ -60,6 +60,7 @@ fn drop_status(obj: &mut Value) {
 pub fn prepare_update(ctx: &Ctx<'_>, obj: &mut Value, old: &Value) {
     match ctx.def.strategy {
         Strategy::Pod => {
+            crate::priority::keep_on_update(obj, old);
             if let Some(spec) = obj.get_mut("spec") {
                 default_pod_spec(spec, true);
             }
@@ -409,8 +410,6 @@ pub fn default_pod_spec(spec: &mut Value, is_pod: bool) {
     set_default(m, "securityContext", json!({}));
     if is_pod {
         set_default(m, "enableServiceLinks", json!(true));
-        set_default(m, "preemptionPolicy", json!("PreemptLowerPriority"));
-        set_default(m, "priority", json!(0));
         set_default(m, "serviceAccountName", json!("default"));
         if let Some(sa) = m.get("serviceAccountName").cloned() {
             set_default(m, "serviceAccount", sa);

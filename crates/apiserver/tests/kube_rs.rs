@@ -539,3 +539,170 @@ async fn listener_custom_resource() {
     let server = ApiServer::in_memory().await;
     custom_resource(over_listener(&server).await).await;
 }
+
+/// The Priority admission plugin and PriorityClass rules, as a user of
+/// kube-apiserver sees them.
+#[tokio::test]
+async fn pod_priority_comes_from_its_priority_class() {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let server = ApiServer::in_memory().await;
+    let client = server.client();
+    let classes: Api<PriorityClass> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pc = |name: &str, value: i64, extra: serde_json::Value| -> PriorityClass {
+        let mut v = json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                           "metadata": {"name": name}, "value": value});
+        if let (Some(m), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+            m.extend(e.clone());
+        }
+        serde_json::from_value(v).expect("priorityclass")
+    };
+    let pod = |name: &str, spec_extra: serde_json::Value| -> Pod {
+        let mut spec = json!({"containers": [{"name": "c", "image": "nginx"}]});
+        if let (Some(m), Some(e)) = (spec.as_object_mut(), spec_extra.as_object()) {
+            m.extend(e.clone());
+        }
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name}, "spec": spec}))
+        .expect("pod")
+    };
+    let pp = PostParams::default();
+
+    // The system classes exist from the start, with kube's values.
+    let node_critical = classes
+        .get("system-node-critical")
+        .await
+        .expect("system class");
+    assert_eq!(node_critical.value, 2_000_001_000);
+    assert_eq!(
+        classes
+            .get("system-cluster-critical")
+            .await
+            .expect("system class")
+            .value,
+        2_000_000_000
+    );
+
+    // No class and no global default: priority 0, PreemptLowerPriority.
+    let p = pods
+        .create(&pp, &pod("plain", json!({})))
+        .await
+        .expect("pod");
+    let spec = p.spec.expect("spec");
+    assert_eq!(spec.priority, Some(0));
+    assert_eq!(
+        spec.preemption_policy.as_deref(),
+        Some("PreemptLowerPriority")
+    );
+
+    // A class gives its value and preemption policy.
+    classes
+        .create(
+            &pp,
+            &pc("batch-low", 100, json!({"preemptionPolicy": "Never"})),
+        )
+        .await
+        .expect("class");
+    let p = pods
+        .create(&pp, &pod("low", json!({"priorityClassName": "batch-low"})))
+        .await
+        .expect("pod with class");
+    let spec = p.spec.expect("spec");
+    assert_eq!(spec.priority, Some(100));
+    assert_eq!(spec.preemption_policy.as_deref(), Some("Never"));
+    let critical = pods
+        .create(
+            &pp,
+            &pod(
+                "critical",
+                json!({"priorityClassName": "system-node-critical"}),
+            ),
+        )
+        .await
+        .expect("critical pod");
+    assert_eq!(critical.spec.and_then(|s| s.priority), Some(2_000_001_000));
+
+    // An unknown class, or a priority the class contradicts: 403 Forbidden.
+    let e = pods
+        .create(&pp, &pod("ghost", json!({"priorityClassName": "nope"})))
+        .await
+        .expect_err("unknown class");
+    let kube::Error::Api(s) = &e else {
+        panic!("not an API error: {e}")
+    };
+    assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
+    assert!(
+        s.message
+            .contains("no PriorityClass with name nope was found"),
+        "{}",
+        s.message
+    );
+    let e = pods
+        .create(
+            &pp,
+            &pod(
+                "liar",
+                json!({"priorityClassName": "batch-low", "priority": 7}),
+            ),
+        )
+        .await
+        .expect_err("conflicting priority");
+    assert_eq!(status_code(&e), Some((403, "Forbidden".into())));
+    assert!(pods.get_opt("ghost").await.expect("get").is_none());
+
+    // A global default applies to pods without a class; only one may exist.
+    classes
+        .create(&pp, &pc("default-prio", 10, json!({"globalDefault": true})))
+        .await
+        .expect("global default");
+    let e = classes
+        .create(
+            &pp,
+            &pc("another-default", 20, json!({"globalDefault": true})),
+        )
+        .await
+        .expect_err("second global default");
+    assert_eq!(status_code(&e), Some((403, "Forbidden".into())));
+    let p = pods
+        .create(&pp, &pod("defaulted", json!({})))
+        .await
+        .expect("pod");
+    let spec = p.spec.expect("spec");
+    assert_eq!(spec.priority_class_name.as_deref(), Some("default-prio"));
+    assert_eq!(spec.priority, Some(10));
+
+    // An update that leaves priority out keeps it.
+    let mut p = pods.get("defaulted").await.expect("get");
+    if let Some(s) = p.spec.as_mut() {
+        s.priority = None;
+        s.preemption_policy = None;
+    }
+    p.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+    let p = pods.replace("defaulted", &pp, &p).await.expect("update");
+    assert_eq!(p.spec.and_then(|s| s.priority), Some(10));
+
+    // PriorityClass validation: reserved names, the user ceiling, immutability.
+    for (bad, field) in [
+        (pc("system-mine", 5, json!({})), "metadata.name"),
+        (pc("too-high", 1_000_000_001, json!({})), "value"),
+    ] {
+        let e = classes.create(&pp, &bad).await.expect_err("invalid class");
+        let kube::Error::Api(s) = &e else {
+            panic!("not an API error: {e}")
+        };
+        assert_eq!(
+            (s.code, s.reason.as_str()),
+            (422, "Invalid"),
+            "{}",
+            s.message
+        );
+        assert!(s.message.contains(field), "{}", s.message);
+    }
+    let mut low = classes.get("batch-low").await.expect("get");
+    low.value = 101;
+    let e = classes
+        .replace("batch-low", &pp, &low)
+        .await
+        .expect_err("value is immutable");
+    assert_eq!(status_code(&e), Some((422, "Invalid".into())));
+}

@@ -89,17 +89,40 @@ async fn high_priority_pod_preempts_the_cheapest_victims() {
     let p = api.get("urgent").await.unwrap();
     assert_eq!(
         p.spec.unwrap().priority,
-        Some(0),
-        "the server keeps spec.priority; the scheduler resolved the class"
+        Some(1000),
+        "the API server's Priority admission set spec.priority from the class"
     );
     sched.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_priority_class_is_reported() {
+async fn unknown_priority_class_is_refused_then_scheduled_once_created() {
     let (_s, c) = server().await;
     node(&c, "n1", "2", "4Gi", json!({})).await;
     let sched = SchedulerBuilder::new(c.clone()).start().unwrap();
+    let typo: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "typo"},
+        "spec": {"priorityClassName": "hihg", "containers": [{"name": "c", "image": "nginx"}]}
+    }))
+    .unwrap();
+    let api: Api<Pod> = Api::namespaced(c.clone(), "default");
+    // As on kube-apiserver, the Priority admission plugin refuses the pod.
+    let err = api
+        .create(&Default::default(), &typo)
+        .await
+        .expect_err("unknown class");
+    let kube::Error::Api(s) = err else {
+        panic!("not an API error")
+    };
+    assert_eq!(s.code, 403);
+    assert!(
+        s.message
+            .contains("no PriorityClass with name hihg was found"),
+        "{}",
+        s.message
+    );
+    // creating the class lets it through, with the class's priority
+    priority_class(&c, "hihg", 5, false).await;
     pod(
         &c,
         "typo",
@@ -108,13 +131,10 @@ async fn unknown_priority_class_is_reported() {
         json!({"spec": {"priorityClassName": "hihg"}}),
     )
     .await;
-    let msg = unschedulable_message(&c, "typo").await;
-    assert!(
-        msg.contains("no PriorityClass with name hihg was found"),
-        "{msg}"
-    );
-    // creating the class lets it through
-    priority_class(&c, "hihg", 5, false).await;
     assert_eq!(bound(&c, "typo").await, "n1");
+    assert_eq!(
+        api.get("typo").await.unwrap().spec.unwrap().priority,
+        Some(5)
+    );
     sched.stop().await;
 }
