@@ -22,7 +22,8 @@
 //! Env: `RATE` (reviews/s; a comma list runs each in turn, e.g.
 //! `RATE=5000,10000,15000` to find the sustainable maximum), `SECONDS`
 //! (per rate, default 10), `CONNECTIONS` (default 16), `SERVER_THREADS`
-//! (0: a current-thread runtime).
+//! (0: a current-thread runtime), `HANDLER=floor` (a server answering
+//! allowed without decoding the Pod or running policies: the HTTPS floor).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -125,6 +126,33 @@ fn load() -> String {
         .unwrap_or_default()
 }
 
+/// `HANDLER=floor`: answers allowed after reading only `request.uid`, to
+/// show what HTTPS, HTTP/1.1 and the runtime cost without the policies.
+struct Floor;
+
+impl kubeforge_runtime::webhook::ReviewHandler for Floor {
+    fn review<'a>(&'a self, body: &'a [u8]) -> kubeforge_runtime::webhook::ReviewFuture<'a> {
+        #[derive(serde::Deserialize)]
+        struct Review {
+            request: Request,
+        }
+        #[derive(serde::Deserialize)]
+        struct Request {
+            uid: String,
+        }
+        let out = serde_json::from_slice::<Review>(body)
+            .map(|r| {
+                let mut resp = kube::core::admission::AdmissionResponse::invalid("");
+                resp.uid = r.request.uid;
+                resp.allowed = true;
+                resp.result = Default::default();
+                resp
+            })
+            .map_err(|e| e.to_string());
+        Box::pin(std::future::ready(out))
+    }
+}
+
 /// The child: serve the validating policies until stdin closes.
 fn serve() {
     let threads = env("SERVER_THREADS", 2) as usize;
@@ -145,7 +173,14 @@ fn serve() {
         let server = WebhookServer::builder()
             .addr("127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")))
             .cert_dir(dir.0.join("certs"))
-            .handler("/validate", PolicyHandler::validating(engine))
+            .handler(
+                "/validate",
+                if std::env::var("HANDLER").is_ok_and(|h| h == "floor") {
+                    Arc::new(Floor)
+                } else {
+                    PolicyHandler::validating(engine)
+                },
+            )
             .bind()
             .await
             .unwrap_or_else(|e| panic!("bind: {e}"));
@@ -263,13 +298,15 @@ fn engine() -> Arc<Engine> {
 }
 
 /// The handler alone, no HTTP or TLS: decode, policies, encode; CPU per
-/// review on one thread.
-fn handler_only(bodies: &[Bytes]) -> Duration {
-    use kubeforge_runtime::webhook::ReviewHandler;
+/// review on one thread. Also the same with the whole Pod decoded (what
+/// the validating handler did before it decoded only what the rules read).
+fn handler_only(bodies: &[Bytes]) -> (Duration, Duration) {
+    use kubeforge_runtime::webhook::{ReviewHandler, parse_review, respond};
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap_or_else(|e| panic!("runtime: {e}"));
-    let h = PolicyHandler::validating(engine());
+    let engine = engine();
+    let h = PolicyHandler::validating(engine.clone());
     let n = env("HANDLER_ITERS", 20_000) as usize;
     rt.block_on(async {
         let mut bytes = 0;
@@ -281,8 +318,17 @@ fn handler_only(bodies: &[Bytes]) -> Duration {
                 .unwrap_or_else(|e| panic!("{e}"));
             bytes += serde_json::to_vec(&r.into_review()).map_or(0, |b| b.len());
         }
+        let lean = (cpu_time(std::process::id()) - t) / n as u32;
+        let t = cpu_time(std::process::id());
+        for i in 0..n {
+            let req = parse_review::<k8s_openapi::api::core::v1::Pod>(&bodies[i % bodies.len()])
+                .unwrap_or_else(|e| panic!("{e}"));
+            let v = engine.validate(&req).await;
+            bytes += serde_json::to_vec(&respond(&req, v).into_review()).map_or(0, |b| b.len());
+        }
+        let full = (cpu_time(std::process::id()) - t) / n as u32;
         assert!(bytes > 0);
-        (cpu_time(std::process::id()) - t) / n as u32
+        (lean, full)
     })
 }
 
@@ -340,14 +386,21 @@ fn main() {
             conns.push(Arc::new(tokio::sync::Mutex::new(c)));
         }
         println!(
-            "webhook HTTPS, validating policies (requests/limits, no :latest, registry allow-list); review {} bytes; \
+            "webhook HTTPS, {}; review {} bytes; \
              server: own process, {} tokio workers; generator: own process, 1 thread + pacer, {connections} keep-alive connections",
+            if std::env::var("HANDLER").is_ok_and(|h| h == "floor") {
+                "HANDLER=floor (reads request.uid, answers allowed: no policies)"
+            } else {
+                "validating policies (requests/limits, no :latest, registry allow-list)"
+            },
             bodies[0].len(),
             env("SERVER_THREADS", 2)
         );
         println!(
-            "handler alone (decode + policies + encode, no HTTP/TLS): {:.1} us CPU per review",
-            handler.as_secs_f64() * 1e6
+            "handler alone (decode + policies + encode, no HTTP/TLS): {:.1} us CPU per review \
+             ({:.1} us when the whole Pod is decoded)",
+            handler.0.as_secs_f64() * 1e6,
+            handler.1.as_secs_f64() * 1e6
         );
         let me = std::process::id();
         for rate in rates {
