@@ -1,19 +1,39 @@
 //! Webhook server latency over HTTPS at a fixed arrival rate: the
 //! validating policies (require requests/limits, no :latest, registry
-//! allow-list) behind kubeforge-runtime's webhook server, AdmissionReviews
-//! sent open-loop at `RATE`/s over keep-alive TLS connections; latency is
-//! measured from each request's scheduled send time, so a server falling
-//! behind shows up in the tail (no coordinated omission).
+//! allow-list) behind kubeforge-runtime's webhook server.
+//!
+//! The server runs in a child process (this binary re-run with
+//! `WEBHOOK_BENCH_SERVE=1`) on a multi-thread tokio runtime of
+//! `SERVER_THREADS` workers (default 2: what `kubeforge webhook` gets on
+//! this machine), so the load generator shares no runtime, thread or
+//! allocator with it. The generator is open-loop, as wrk2 is: a pacing
+//! thread releases one AdmissionReview every `1/RATE` s (evenly spaced,
+//! not in 1 ms bursts); a single-thread tokio runtime hands each one to an
+//! idle connection of a pool of `CONNECTIONS` pre-warmed keep-alive
+//! HTTP/1.1 + TLS connections (as Go's transport in the kube-apiserver
+//! does); bodies are serialized once before the run. Latency is measured
+//! from each review's *scheduled* send time to the end of its response
+//! body, so a server (or generator) falling behind shows in the tail (no
+//! coordinated omission). The CPU time both processes spent during the
+//! run (from /proc/<pid>/task/*/schedstat) is printed per review.
 //!
 //! `CARGO_TARGET_DIR=/work/bench-target cargo bench -p kubeforge-admission --bench webhook`
-//! (env: RATE, SECONDS, CONNECTIONS).
+//!
+//! Env: `RATE` (reviews/s; a comma list runs each in turn, e.g.
+//! `RATE=5000,10000,15000` to find the sustainable maximum), `SECONDS`
+//! (per rate, default 10), `CONNECTIONS` (default 16), `SERVER_THREADS`
+//! (0: a current-thread runtime), `HANDLER=floor` (a server answering
+//! allowed without decoding the Pod or running policies: the HTTPS floor).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use kubeforge_admission::server::PolicyHandler;
 use kubeforge_admission::{ClusterView, Engine, compile};
 use kubeforge_runtime::webhook::WebhookServer;
@@ -29,22 +49,45 @@ fn env(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// A realistic Pod create review: two containers, one fully specified.
 fn review(i: u64) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {
-            "uid": format!("uid-{i}"),
+            "uid": format!("0b6c5a4e-1f2d-4c3b-9a8e-{i:012}"),
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
             "name": format!("web-{i}"), "namespace": "prod", "operation": "CREATE",
-            "userInfo": {"username": "system:admin", "groups": ["system:masters"]},
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller",
+                "uid": "8f0a1c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b",
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]},
             "object": {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("web-{i}"), "namespace": "prod", "labels": {"app": "web", "tier": "frontend"}},
+                "metadata": {"name": format!("web-{i}"), "namespace": "prod",
+                    "generateName": "web-7d9c8b6f5-",
+                    "labels": {"app": "web", "tier": "frontend", "pod-template-hash": "7d9c8b6f5"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9c8b6f5",
+                        "uid": "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", "controller": true, "blockOwnerDeletion": true}]},
                 "spec": {"containers": [
-                    {"name": "web", "image": "docker.io/library/nginx:1.27", "ports": [{"containerPort": 80}],
-                     "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}}},
+                    {"name": "web", "image": "docker.io/library/nginx:1.27", "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                     "env": [{"name": "MODE", "value": "production"}],
+                     "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
+                     "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                     "imagePullPolicy": "IfNotPresent"},
                     {"name": "proxy", "image": "registry.k8s.io/pause:3.9",
-                     "resources": {"limits": {"cpu": "50m", "memory": "32Mi"}}}]}},
+                     "resources": {"limits": {"cpu": "50m", "memory": "32Mi"}},
+                     "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                     "imagePullPolicy": "IfNotPresent"}],
+                    "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+                    "serviceAccountName": "default", "schedulerName": "default-scheduler",
+                    "securityContext": {},
+                    "tolerations": [
+                        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
+                    "priority": 0, "enableServiceLinks": true, "preemptionPolicy": "PreemptLowerPriority"},
+                "status": {}},
+            "oldObject": null,
             "dryRun": false,
             "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
         }
@@ -60,97 +103,336 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn main() {
-    let rate = env("RATE", 5000);
-    let seconds = env("SECONDS", 10);
-    let connections = env("CONNECTIONS", 16) as usize;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"));
+/// On-CPU time of every thread of `pid` so far.
+fn cpu_time(pid: u32) -> Duration {
+    let mut ns = 0u64;
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+                ns += s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    Duration::from_nanos(ns)
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// `HANDLER=floor`: answers allowed after reading only `request.uid`, to
+/// show what HTTPS, HTTP/1.1 and the runtime cost without the policies.
+struct Floor;
+
+impl kubeforge_runtime::webhook::ReviewHandler for Floor {
+    fn review<'a>(&'a self, body: &'a [u8]) -> kubeforge_runtime::webhook::ReviewFuture<'a> {
+        #[derive(serde::Deserialize)]
+        struct Review {
+            request: Request,
+        }
+        #[derive(serde::Deserialize)]
+        struct Request {
+            uid: String,
+        }
+        let out = serde_json::from_slice::<Review>(body)
+            .map(|r| {
+                let mut resp = kube::core::admission::AdmissionResponse::invalid("");
+                resp.uid = r.request.uid;
+                resp.allowed = true;
+                resp.result = Default::default();
+                resp
+            })
+            .map_err(|e| e.to_string());
+        Box::pin(std::future::ready(out))
+    }
+}
+
+/// The child: serve the validating policies until stdin closes.
+fn serve() {
+    let threads = env("SERVER_THREADS", 2) as usize;
+    let rt = if threads == 0 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    }
+    .unwrap_or_else(|e| panic!("runtime: {e}"));
     rt.block_on(async move {
-        let spec = serde_json::from_value(json!({
-            "requireResources": {},
-            "images": {"disallowLatest": true, "allowedRegistries": ["docker.io", "registry.k8s.io"]}
-        }))
-        .unwrap_or_else(|e| panic!("spec: {e}"));
-        let engine = Arc::new(Engine::new(vec!["kube-system".into()], ClusterView::default()));
-        engine.set_policies(vec![compile("baseline", &spec).unwrap_or_else(|e| panic!("{e}"))]);
+        let engine = engine();
         let dir = common::TempDir::new("bench");
         let server = WebhookServer::builder()
             .addr("127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")))
             .cert_dir(dir.0.join("certs"))
-            .handler("/validate", PolicyHandler::validating(engine))
+            .handler(
+                "/validate",
+                if std::env::var("HANDLER").is_ok_and(|h| h == "floor") {
+                    Arc::new(Floor)
+                } else {
+                    PolicyHandler::validating(engine)
+                },
+            )
             .bind()
             .await
             .unwrap_or_else(|e| panic!("bind: {e}"));
-        let (addr, ca) = (server.local_addr(), server.ca_bundle().to_string());
-        tokio::spawn(server.run(std::future::pending()));
+        let ca = dir
+            .0
+            .join("certs")
+            .join(kubeforge_runtime::webhook::CA_FILE);
+        println!("{} {}", server.local_addr(), ca.display());
+        let _ = std::io::stdout().flush();
+        let stdin_closed = async {
+            let _ = tokio::task::spawn_blocking(|| {
+                let mut sink = String::new();
+                while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
+            })
+            .await;
+        };
+        server
+            .run(stdin_closed)
+            .await
+            .unwrap_or_else(|e| panic!("serve: {e}"));
+        drop(dir);
+    });
+}
 
-        // Warm up each connection (TLS handshake, allocator, caches).
-        let mut senders = Vec::new();
-        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(Duration, bool)>();
+/// One review to send: its index and scheduled send time.
+type Job = (usize, Instant);
+
+struct RunResult {
+    latencies: Vec<Duration>,
+    failures: usize,
+    elapsed: Duration,
+}
+
+/// Offer `rate`/s for `seconds` over the pool; every review's latency.
+async fn run_rate(
+    conns: &[Arc<tokio::sync::Mutex<common::Https>>],
+    bodies: &Arc<Vec<Bytes>>,
+    rate: u64,
+    seconds: u64,
+) -> RunResult {
+    let total = (rate * seconds) as usize;
+    let (job_tx, job_rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
+    let job_rx = Arc::new(tokio::sync::Mutex::new(job_rx));
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(Duration, bool)>();
+    // One task per connection takes the next review when its connection
+    // is idle: the pool of a keep-alive HTTP client.
+    let mut workers = Vec::new();
+    for c in conns {
+        let (c, rx, done, bodies) = (c.clone(), job_rx.clone(), done_tx.clone(), bodies.clone());
+        workers.push(tokio::spawn(async move {
+            let mut c = c.lock().await;
+            loop {
+                let job = rx.lock().await.recv().await;
+                let Some((i, scheduled)) = job else { break };
+                let (s, b) = c
+                    .post_bytes("/validate", bodies[i % bodies.len()].clone())
+                    .await;
+                let ok = s == 200 && b.windows(14).any(|w| w == b"\"allowed\":true");
+                let _ = done.send((scheduled.elapsed(), ok));
+            }
+        }));
+    }
+    drop(done_tx);
+    // The pacer: a plain thread sleeping to each send time (tokio's timer
+    // has 1 ms granularity; this is within tens of microseconds).
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let start = Instant::now() + Duration::from_millis(5);
+    let pacer = std::thread::spawn(move || {
+        for i in 0..total {
+            let at = start + interval.mul_f64(i as f64);
+            let now = Instant::now();
+            if at > now {
+                std::thread::sleep(at - now);
+            }
+            if job_tx.send((i, at)).is_err() {
+                break;
+            }
+        }
+    });
+    let mut latencies = Vec::with_capacity(total);
+    let mut failures = 0;
+    while let Some((d, ok)) = done_rx.recv().await {
+        latencies.push(d);
+        if !ok {
+            failures += 1;
+        }
+    }
+    let elapsed = start.elapsed();
+    let _ = pacer.join();
+    for w in workers {
+        let _ = w.await;
+    }
+    latencies.sort_unstable();
+    RunResult {
+        latencies,
+        failures,
+        elapsed,
+    }
+}
+
+fn engine() -> Arc<Engine> {
+    let spec = serde_json::from_value(json!({
+        "requireResources": {},
+        "images": {"disallowLatest": true, "allowedRegistries": ["docker.io", "registry.k8s.io"]}
+    }))
+    .unwrap_or_else(|e| panic!("spec: {e}"));
+    let engine = Arc::new(Engine::new(
+        vec!["kube-system".into()],
+        ClusterView::default(),
+    ));
+    engine.set_policies(vec![
+        compile("baseline", &spec).unwrap_or_else(|e| panic!("{e}")),
+    ]);
+    engine
+}
+
+/// The handler alone, no HTTP or TLS: decode, policies, encode; CPU per
+/// review on one thread. Also the same with the whole Pod decoded (what
+/// the validating handler did before it decoded only what the rules read).
+fn handler_only(bodies: &[Bytes]) -> (Duration, Duration) {
+    use kubeforge_runtime::webhook::{ReviewHandler, parse_review, respond};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    let engine = engine();
+    let h = PolicyHandler::validating(engine.clone());
+    let n = env("HANDLER_ITERS", 20_000) as usize;
+    rt.block_on(async {
+        let mut bytes = 0;
+        let t = cpu_time(std::process::id());
+        for i in 0..n {
+            let r = h
+                .review(&bodies[i % bodies.len()])
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            bytes += serde_json::to_vec(&r.into_review()).map_or(0, |b| b.len());
+        }
+        let lean = (cpu_time(std::process::id()) - t) / n as u32;
+        let t = cpu_time(std::process::id());
+        for i in 0..n {
+            let req = parse_review::<k8s_openapi::api::core::v1::Pod>(&bodies[i % bodies.len()])
+                .unwrap_or_else(|e| panic!("{e}"));
+            let v = engine.validate(&req).await;
+            bytes += serde_json::to_vec(&respond(&req, v).into_review()).map_or(0, |b| b.len());
+        }
+        let full = (cpu_time(std::process::id()) - t) / n as u32;
+        assert!(bytes > 0);
+        (lean, full)
+    })
+}
+
+fn main() {
+    if std::env::var_os("WEBHOOK_BENCH_SERVE").is_some() {
+        serve();
+        return;
+    }
+    let rates: Vec<u64> = std::env::var("RATE")
+        .unwrap_or_else(|_| "5000".into())
+        .split(',')
+        .filter_map(|r| r.trim().parse().ok())
+        .filter(|r| *r > 0)
+        .collect();
+    let seconds = env("SECONDS", 10);
+    let connections = env("CONNECTIONS", 16) as usize;
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current exe: {e}"));
+    let mut child = Command::new(exe)
+        .env("WEBHOOK_BENCH_SERVE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting the server process: {e}"));
+    let mut line = String::new();
+    let out = child
+        .stdout
+        .take()
+        .unwrap_or_else(|| panic!("child stdout"));
+    BufReader::new(out)
+        .read_line(&mut line)
+        .unwrap_or_else(|e| panic!("reading the server's address: {e}"));
+    let (addr, ca_path) = line
+        .trim()
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("server said {line:?}"));
+    let addr: std::net::SocketAddr = addr.parse().unwrap_or_else(|e| panic!("{e}"));
+    let ca = std::fs::read_to_string(ca_path).unwrap_or_else(|e| panic!("{ca_path}: {e}"));
+    let server_pid = child.id();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    let bodies: Arc<Vec<Bytes>> = Arc::new((0..1000).map(|i| Bytes::from(review(i))).collect());
+    let handler = handler_only(&bodies);
+    rt.block_on(async move {
+        // Warm up each connection (TLS handshake, allocators, caches).
+        let mut conns = Vec::new();
         for _ in 0..connections {
             let mut c = common::Https::connect(addr, &ca).await;
-            for i in 0..50 {
-                let (s, _) = c.post("/validate", review(i)).await;
-                assert_eq!(s, 200);
+            for i in 0..200 {
+                let (s, b) = c.post_bytes("/validate", bodies[i % bodies.len()].clone()).await;
+                assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
             }
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
-            let done = done_tx.clone();
-            tokio::spawn(async move {
-                while let Some((scheduled, body)) = rx.recv().await {
-                    let (s, b) = c.post("/validate", body).await;
-                    let ok = s == 200 && b.windows(14).any(|w| w == b"\"allowed\":true");
-                    let _ = done.send((scheduled.elapsed(), ok));
-                }
-            });
-            senders.push(tx);
+            conns.push(Arc::new(tokio::sync::Mutex::new(c)));
         }
-        drop(done_tx);
-        let bodies: Vec<Vec<u8>> = (0..1000).map(review).collect();
-        let total = rate * seconds;
-        let per_tick = rate / 1000;
-        let start = Instant::now();
-        let mut ticker = tokio::time::interval(Duration::from_millis(1));
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-        let mut sent = 0u64;
-        let mut tick = 0u64;
-        while sent < total {
-            ticker.tick().await;
-            let scheduled = start + Duration::from_millis(tick);
-            tick += 1;
-            for _ in 0..per_tick {
-                let i = sent as usize;
-                let _ = senders[i % connections].send((scheduled, bodies[i % bodies.len()].clone()));
-                sent += 1;
-            }
-        }
-        drop(senders);
-        let mut lat = Vec::with_capacity(total as usize);
-        let mut failures = 0;
-        while let Some((d, ok)) = done_rx.recv().await {
-            lat.push(d);
-            if !ok {
-                failures += 1;
-            }
-        }
-        let elapsed = start.elapsed();
-        lat.sort_unstable();
-        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         println!(
-            "webhook HTTPS validating policies: offered {rate}/s for {seconds}s over {connections} connections; achieved {:.0}/s; {} reviews, {failures} not allowed/failed",
-            lat.len() as f64 / elapsed.as_secs_f64(),
-            lat.len()
+            "webhook HTTPS, {}; review {} bytes; \
+             server: own process, {} tokio workers; generator: own process, 1 thread + pacer, {connections} keep-alive connections",
+            if std::env::var("HANDLER").is_ok_and(|h| h == "floor") {
+                "HANDLER=floor (reads request.uid, answers allowed: no policies)"
+            } else {
+                "validating policies (requests/limits, no :latest, registry allow-list)"
+            },
+            bodies[0].len(),
+            env("SERVER_THREADS", 2)
         );
         println!(
-            "latency from scheduled send: p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms  p99.9 {:.3} ms  max {:.3} ms",
-            ms(percentile(&lat, 0.50)),
-            ms(percentile(&lat, 0.90)),
-            ms(percentile(&lat, 0.99)),
-            ms(percentile(&lat, 0.999)),
-            ms(percentile(&lat, 1.0))
+            "handler alone (decode + policies + encode, no HTTP/TLS): {:.1} us CPU per review \
+             ({:.1} us when the whole Pod is decoded)",
+            handler.0.as_secs_f64() * 1e6,
+            handler.1.as_secs_f64() * 1e6
         );
+        let me = std::process::id();
+        for rate in rates {
+            let load_before = load();
+            let (s0, g0) = (cpu_time(server_pid), cpu_time(me));
+            let r = run_rate(&conns, &bodies, rate, seconds).await;
+            let (s1, g1) = (cpu_time(server_pid), cpu_time(me));
+            let n = r.latencies.len().max(1) as f64;
+            let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+            let us_per = |d: Duration| d.as_secs_f64() * 1e6 / n;
+            println!(
+                "offered {rate}/s for {seconds}s: achieved {:.0}/s, {} reviews, {} not allowed/failed; loadavg before {load_before}, after {}",
+                r.latencies.len() as f64 / r.elapsed.as_secs_f64(),
+                r.latencies.len(),
+                r.failures,
+                load()
+            );
+            println!(
+                "  latency from scheduled send: p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms  p99.9 {:.3} ms  max {:.3} ms",
+                ms(percentile(&r.latencies, 0.50)),
+                ms(percentile(&r.latencies, 0.90)),
+                ms(percentile(&r.latencies, 0.99)),
+                ms(percentile(&r.latencies, 0.999)),
+                ms(percentile(&r.latencies, 1.0))
+            );
+            println!(
+                "  CPU per review: server {:.1} us, generator {:.1} us",
+                us_per(s1.saturating_sub(s0)),
+                us_per(g1.saturating_sub(g0))
+            );
+        }
     });
+    drop(child.stdin.take());
+    let _ = child.wait();
 }

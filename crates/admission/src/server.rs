@@ -16,6 +16,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::admission::AdmissionRequest;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{CustomResourceExt, ResourceExt};
 use kubeforge_runtime::webhook::{
@@ -91,6 +92,120 @@ impl Default for ServerOptions {
     }
 }
 
+/// The part of a Pod the validating rules read: metadata, and each
+/// container's and init container's name, image and resources. The
+/// validating webhook decodes reviews into this instead of a whole
+/// `k8s_openapi` Pod, and serde skips the rest of the object without
+/// allocating: decoding the full Pod was the largest cost of the policy
+/// path (see the admission section of docs/BENCHMARKS.md). A validating
+/// rule that reads another field must add it here; the test
+/// `validated_pods_give_the_verdicts_of_full_pods` compares both decodes.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+struct ValidatedPod {
+    #[serde(default)]
+    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    #[serde(default)]
+    spec: Option<ValidatedSpec>,
+}
+
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ValidatedSpec {
+    #[serde(default)]
+    containers: Vec<ValidatedContainer>,
+    #[serde(default)]
+    init_containers: Option<Vec<ValidatedContainer>>,
+}
+
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+struct ValidatedContainer {
+    name: String,
+    #[serde(default)]
+    image: Option<String>,
+    #[serde(default)]
+    resources: Option<k8s_openapi::api::core::v1::ResourceRequirements>,
+}
+
+impl ValidatedContainer {
+    fn into_container(self) -> k8s_openapi::api::core::v1::Container {
+        k8s_openapi::api::core::v1::Container {
+            name: self.name,
+            image: self.image,
+            resources: self.resources,
+            ..Default::default()
+        }
+    }
+}
+
+impl ValidatedPod {
+    fn into_pod(self) -> Pod {
+        Pod {
+            metadata: self.metadata,
+            spec: self.spec.map(|s| k8s_openapi::api::core::v1::PodSpec {
+                containers: s
+                    .containers
+                    .into_iter()
+                    .map(ValidatedContainer::into_container)
+                    .collect(),
+                init_containers: s.init_containers.map(|c| {
+                    c.into_iter()
+                        .map(ValidatedContainer::into_container)
+                        .collect()
+                }),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+}
+
+impl kube::Resource for ValidatedPod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        "Pod".into()
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        "pods".into()
+    }
+    fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Parse a review for the validating rules (see [`ValidatedPod`]).
+fn parse_for_validation(body: &[u8]) -> Result<AdmissionRequest<Pod>, String> {
+    let r = parse_review::<ValidatedPod>(body)?;
+    Ok(AdmissionRequest {
+        types: r.types,
+        uid: r.uid,
+        kind: r.kind,
+        resource: r.resource,
+        sub_resource: r.sub_resource,
+        request_kind: r.request_kind,
+        request_resource: r.request_resource,
+        request_sub_resource: r.request_sub_resource,
+        name: r.name,
+        namespace: r.namespace,
+        operation: r.operation,
+        user_info: r.user_info,
+        object: r.object.map(ValidatedPod::into_pod),
+        old_object: r.old_object.map(ValidatedPod::into_pod),
+        dry_run: r.dry_run,
+        options: r.options,
+    })
+}
+
 /// The mutating or validating side of the engine as a webhook handler.
 pub struct PolicyHandler {
     engine: Arc<Engine>,
@@ -118,11 +233,12 @@ impl PolicyHandler {
 impl ReviewHandler for PolicyHandler {
     fn review<'a>(&'a self, body: &'a [u8]) -> ReviewFuture<'a> {
         Box::pin(async move {
-            let req = parse_review::<Pod>(body)?;
             if !self.mutating {
+                let req = parse_for_validation(body)?;
                 let v = self.engine.validate(&req).await;
                 return Ok(respond(&req, v));
             }
+            let req = parse_review::<Pod>(body)?;
             let Some(original) = req.object.clone() else {
                 return Ok(respond(&req, kubeforge_runtime::webhook::Verdict::allow()));
             };
@@ -459,5 +575,68 @@ impl PolicyServer {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
         Ok(self.server.run(shutdown).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ClusterView, compile};
+
+    fn review(pod: serde_json::Value, op: &str) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "name": "p", "namespace": "prod", "operation": op, "userInfo": {"username": "me"},
+                "object": pod.clone(), "oldObject": if op == "UPDATE" { pod } else { json!(null) }}
+        }))
+        .expect("json")
+    }
+
+    #[tokio::test]
+    async fn validated_pods_give_the_verdicts_of_full_pods() {
+        let spec = serde_json::from_value(json!({
+            "requireResources": {},
+            "images": {"disallowLatest": true, "allowedRegistries": ["docker.io", "registry.k8s.io"]},
+            "objectSelector": {"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]}
+        }))
+        .expect("spec");
+        let warn =
+            serde_json::from_value(json!({"mode": "Warn", "images": {"disallowLatest": true}}))
+                .expect("spec");
+        let engine = Engine::new(vec!["kube-system".into()], ClusterView::default());
+        engine.set_policies(vec![
+            compile("enforce", &spec).expect("compile"),
+            compile("warn", &warn).expect("compile"),
+        ]);
+        let limited = json!({"requests": {"cpu": "1", "memory": "1Mi"}, "limits": {"cpu": "1", "memory": "1Mi"}});
+        let pods = [
+            json!({"metadata": {"name": "a"}, "spec": {"containers": [{"name": "a", "image": "nginx:1.27", "resources": limited}]}}),
+            json!({"metadata": {"name": "b"}, "spec": {"containers": [{"name": "b", "image": "nginx", "env": [{"name": "X", "value": "1"}]}],
+                "tolerations": [{"key": "k", "operator": "Exists"}], "nodeSelector": {"a": "b"}}}),
+            json!({"metadata": {"name": "c", "labels": {"skip": "yes"}}, "spec": {"containers": [{"name": "c", "image": "quay.io/x:latest"}]}}),
+            json!({"metadata": {"generateName": "d-"}, "spec": {
+                "initContainers": [{"name": "init", "image": "ghcr.io/i:1", "resources": {"limits": {"cpu": "1"}}}],
+                "containers": [{"name": "d", "image": "registry.k8s.io/pause:3.9", "resources": limited}]}}),
+            json!({"metadata": {"name": "e"}}),
+        ];
+        let mut denied = 0;
+        for pod in pods {
+            for op in ["CREATE", "UPDATE"] {
+                let body = review(pod.clone(), op);
+                let full = parse_review::<Pod>(&body).expect("full decode");
+                let lean = parse_for_validation(&body).expect("lean decode");
+                assert_eq!(
+                    lean.object.as_ref().map(|p| &p.metadata),
+                    full.object.as_ref().map(|p| &p.metadata)
+                );
+                let (a, b) = (engine.validate(&full).await, engine.validate(&lean).await);
+                assert_eq!(a, b, "{pod}");
+                denied += usize::from(!a.allowed);
+            }
+        }
+        assert_eq!(denied, 4, "pods b and d are denied, on create and update");
+        assert!(parse_for_validation(b"{\"kind\": 1}").is_err());
     }
 }

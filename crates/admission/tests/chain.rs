@@ -55,6 +55,7 @@ fn config(kind: &str, name: &str, hooks: Vec<serde_json::Value>) -> serde_json::
 struct Hooks {
     addr: std::net::SocketAddr,
     ca: String,
+    metrics: kubeforge_runtime::webhook::MetricsHandle,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: tokio::task::JoinHandle<()>,
     _dir: TempDir,
@@ -85,6 +86,7 @@ async fn start(b: kubeforge_runtime::webhook::WebhookServerBuilder, hosts: Vec<S
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let addr = server.local_addr();
     let ca = server.ca_bundle().to_string();
+    let metrics = server.metrics();
     let done = tokio::spawn(async move {
         let _ = server
             .run(async move {
@@ -95,6 +97,7 @@ async fn start(b: kubeforge_runtime::webhook::WebhookServerBuilder, hosts: Vec<S
     Hooks {
         addr,
         ca,
+        metrics,
         stop: Some(tx),
         done,
         _dir: dir,
@@ -743,6 +746,24 @@ async fn webhook_server_refuses_bad_input_with_4xx() {
         "{}",
         String::from_utf8_lossy(&body)
     );
+    let (s, body) = c
+        .post("/elsewhere", good(Some("u3"), "AdmissionReview"))
+        .await;
+    assert_eq!(
+        (s, String::from_utf8_lossy(&body).to_string()),
+        (404, "no webhook is served at /elsewhere".to_string())
+    );
+    let (s, _) = c.get("/validate").await;
+    assert_eq!(s, 405, "reviews are POSTed");
+    let metrics = hooks.metrics.encode();
+    for line in [
+        "controller_runtime_webhook_requests_total{webhook=\"/validate\",code=\"200\"} 1",
+        "controller_runtime_webhook_requests_total{webhook=\"/validate\",code=\"400\"} 3",
+        "controller_runtime_webhook_latency_seconds_count{webhook=\"/validate\"} 4",
+        "controller_runtime_webhook_requests_in_flight{webhook=\"/validate\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
     let mut c2 = Https::connect(hooks.addr, &hooks.ca).await;
     let (s, _) = c2
         .post(

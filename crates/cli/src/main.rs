@@ -86,6 +86,59 @@ struct ServeArgs {
     /// Seconds between compactions (kube-apiserver compacts every 300).
     #[arg(long, default_value_t = 300)]
     compaction_interval: u64,
+    /// Where the API server reaches admission webhooks configured with
+    /// `clientConfig.service` (there is no service network here):
+    /// `NAMESPACE/NAME[:PORT]=HOST:PORT`, the service port defaulting to
+    /// 443 as in Kubernetes. Repeatable. TLS still checks the name
+    /// `NAME.NAMESPACE.svc`.
+    #[arg(long = "webhook-service", value_name = "NS/NAME[:PORT]=HOST:PORT", value_parser = parse_webhook_service)]
+    webhook_services: Vec<WebhookService>,
+}
+
+/// One `--webhook-service` mapping.
+#[derive(Clone, Debug)]
+struct WebhookService {
+    namespace: String,
+    name: String,
+    port: u16,
+    addr: SocketAddr,
+}
+
+fn parse_webhook_service(s: &str) -> Result<WebhookService, String> {
+    use std::net::ToSocketAddrs;
+    let (service, target) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected NAMESPACE/NAME[:PORT]=HOST:PORT"))?;
+    let (namespace, rest) = service
+        .split_once('/')
+        .ok_or_else(|| format!("{service:?}: expected NAMESPACE/NAME[:PORT] before '='"))?;
+    let (name, port) = match rest.split_once(':') {
+        Some((name, port)) => {
+            let port = port
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| format!("{port:?}: the service port must be 1-65535"))?;
+            (name, port)
+        }
+        None => (rest, 443),
+    };
+    if namespace.is_empty() || name.is_empty() || name.contains('/') {
+        return Err(format!(
+            "{service:?}: expected NAMESPACE/NAME[:PORT], with both parts set"
+        ));
+    }
+    let addr = target
+        .to_socket_addrs()
+        .map_err(|e| format!("{target:?}: {e} (expected HOST:PORT)"))?
+        .next()
+        .ok_or_else(|| format!("{target:?}: no address"))?;
+    Ok(WebhookService {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        port,
+        addr,
+    })
 }
 
 fn main() -> Result<()> {
@@ -138,6 +191,9 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     let server = ApiServer::new(store.clone())
         .await
         .map_err(|e| anyhow::anyhow!("starting the API server: {e}"))?;
+    for w in &args.webhook_services {
+        server.set_service_address(&w.namespace, &w.name, w.port, w.addr);
+    }
     let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| {
         format!("listening on {}: is another kubeforge running? pass --listen 127.0.0.1:0 for a free port", args.listen)
     })?;
@@ -177,6 +233,12 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     println!("  API server: http://{addr}");
     if controllers.is_some() {
         println!("  controllers: {}", kubeforge_controllers::BUILTIN_NAMES);
+    }
+    for w in &args.webhook_services {
+        println!(
+            "  webhook service {}/{}:{} -> {}",
+            w.namespace, w.name, w.port, w.addr
+        );
     }
     for line in cluster.iter().flat_map(cluster::Cluster::describe) {
         println!("{line}");

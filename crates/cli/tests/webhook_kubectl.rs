@@ -16,14 +16,13 @@ struct PolicyServer(Child);
 
 impl PolicyServer {
     fn start(kubeconfig: &Path, certs: &Path, extra: &[&str]) -> PolicyServer {
+        let args = [&["--register", "--listen", "127.0.0.1:0"], extra].concat();
+        PolicyServer::spawn(kubeconfig, certs, &args)
+    }
+
+    fn spawn(kubeconfig: &Path, certs: &Path, extra: &[&str]) -> PolicyServer {
         let mut child = Command::new(env!("CARGO_BIN_EXE_kubeforge"))
-            .args([
-                "webhook",
-                "--register",
-                "--listen",
-                "127.0.0.1:0",
-                "--kubeconfig",
-            ])
+            .args(["webhook", "--kubeconfig"])
             .arg(kubeconfig)
             .arg("--cert-dir")
             .arg(certs)
@@ -430,4 +429,138 @@ spec:
     let open = PolicyServer::start(&cluster.kubeconfig, &certs.0, &["--fail-open"]);
     open.stop();
     cluster.ok(&kubectl, &["run", "unchecked", "--image=nginx:latest"]);
+}
+
+/// `kubeforge up --webhook-service`: a webhook configured with
+/// `clientConfig.service` (not a URL) is reached at the mapped address,
+/// with TLS checking the service's DNS name; a service left unmapped fails
+/// with an error naming the webhook and the service.
+#[test]
+fn webhook_service_flag() {
+    let kubectl = default_kubectl();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let cluster = Cluster::start(&[
+        "--memory",
+        "--webhook-service",
+        &format!("kubeforge-system/kubeforge-webhook=127.0.0.1:{port}"),
+    ]);
+    apply(&cluster, &kubectl, &kubeforge(&["webhook", "crd"]));
+    cluster.ok(
+        &kubectl,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/admissionpolicies.policy.kubeforge.dev",
+            "--timeout=30s",
+        ],
+    );
+    let certs = TempDir::new("webhook-certs");
+    let _server = PolicyServer::spawn(
+        &cluster.kubeconfig,
+        &certs.0,
+        &["--listen", &format!("127.0.0.1:{port}")],
+    );
+    apply(
+        &cluster,
+        &kubectl,
+        "apiVersion: policy.kubeforge.dev/v1alpha1\nkind: AdmissionPolicy\nmetadata:\n  name: limits\nspec:\n  requireResources: {}\n",
+    );
+    wait_ready(&cluster, &kubectl, "limits");
+    let ca = std::fs::read(certs.0.join("ca.crt")).expect("ca.crt");
+    // (k8s-openapi's ByteString serializes as base64.)
+    let ca = serde_json::to_value(k8s_openapi::ByteString(ca)).expect("base64");
+    let ca = ca.as_str().expect("a string");
+    let config = |name: &str, service: &str| {
+        format!(
+            r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: {name}
+webhooks:
+- name: {name}.example.com
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: Fail
+  clientConfig:
+    service: {{namespace: kubeforge-system, name: {service}, path: /validate}}
+    caBundle: {ca}
+  rules:
+  - {{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}}
+  namespaceSelector:
+    matchLabels: {{kubernetes.io/metadata.name: NAMESPACE}}
+"#
+        )
+    };
+    apply(
+        &cluster,
+        &kubectl,
+        &config("by-service", "kubeforge-webhook").replace("NAMESPACE", "default"),
+    );
+    let err = cluster.fails(&kubectl, &["run", "nolimits", "--image=nginx:1.27"]);
+    assert!(
+        err.contains("admission webhook \"by-service.example.com\" denied the request")
+            && err.contains("container \"nolimits\" has no resource limits for cpu, memory"),
+        "{err}"
+    );
+    cluster.ok(
+        &kubectl,
+        &[
+            "run",
+            "limited",
+            "--image=nginx:1.27",
+            &format!("--overrides={}", limited("limited", "nginx:1.27")),
+        ],
+    );
+
+    apply(
+        &cluster,
+        &kubectl,
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: other\n",
+    );
+    apply(
+        &cluster,
+        &kubectl,
+        &config("unmapped", "not-mapped").replace("NAMESPACE", "other"),
+    );
+    let err = cluster.fails(
+        &kubectl,
+        &[
+            "run",
+            "x",
+            "-n",
+            "other",
+            "--image=nginx:1.27",
+            &format!("--overrides={}", limited("x", "nginx:1.27")),
+        ],
+    );
+    assert!(
+        err.contains("unmapped.example.com") && err.contains("kubeforge-system/not-mapped"),
+        "{err}"
+    );
+}
+
+/// A malformed `--webhook-service` stops `kubeforge up` with a message
+/// saying the expected form.
+#[test]
+fn webhook_service_flag_bad_input() {
+    for bad in [
+        "nonsense",
+        "ns/name:99999=127.0.0.1:1",
+        "/name=127.0.0.1:1",
+        "ns/name=no-port",
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubeforge"))
+            .args(["up", "--memory", "--webhook-service", bad])
+            .output()
+            .expect("run kubeforge");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}: accepted");
+        assert!(
+            err.contains("--webhook-service") && err.contains(bad.split('=').next().unwrap_or(bad)),
+            "{bad}: {err}"
+        );
+    }
 }

@@ -100,11 +100,29 @@ impl Https {
 
     /// POST `body` to `path`; status and body.
     pub async fn post(&mut self, path: &str, body: Vec<u8>) -> (u16, Bytes) {
+        self.post_bytes(path, Bytes::from(body)).await
+    }
+
+    /// GET `path`; status and body.
+    pub async fn get(&mut self, path: &str) -> (u16, Bytes) {
+        self.sender.ready().await.expect("ready");
+        let req = http::Request::get(path)
+            .header("host", "127.0.0.1")
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        let resp = self.sender.send_request(req).await.expect("send");
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, body)
+    }
+
+    /// POST `body` (shared, not copied) to `path`; status and body.
+    pub async fn post_bytes(&mut self, path: &str, body: Bytes) -> (u16, Bytes) {
         self.sender.ready().await.expect("ready");
         let req = http::Request::post(path)
             .header("host", "127.0.0.1")
             .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
+            .body(Full::new(body))
             .expect("request");
         let resp = self.sender.send_request(req).await.expect("send");
         let status = resp.status().as_u16();

@@ -45,8 +45,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::DefaultBodyLimit;
 use axum::response::IntoResponse;
 use kube::Resource;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
@@ -498,7 +496,7 @@ impl WebhookServer {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), WebhookError> {
         let reloader = tokio::spawn(self.resolver.clone().watch(self.reload_every));
-        let router = router(self.routes.clone(), self.metrics.clone());
+        let routes = Arc::new(routes(&self.routes, &self.metrics));
         let acceptor = tokio_rustls::TlsAcceptor::from(self.tls.clone());
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
@@ -514,7 +512,7 @@ impl WebhookServer {
             };
             let _ = stream.set_nodelay(true);
             let acceptor = acceptor.clone();
-            let router = router.clone();
+            let routes = routes.clone();
             tokio::spawn(async move {
                 let tls = match acceptor.accept(stream).await {
                     Ok(t) => t,
@@ -523,10 +521,12 @@ impl WebhookServer {
                         return;
                     }
                 };
-                let svc =
-                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        tower::ServiceExt::oneshot(router.clone(), req)
-                    });
+                let svc = hyper::service::service_fn(
+                    move |req: http::Request<hyper::body::Incoming>| {
+                        let routes = routes.clone();
+                        async move { Ok::<_, std::convert::Infallible>(dispatch(&routes, req).await) }
+                    },
+                );
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .keep_alive(true)
                     .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
@@ -556,45 +556,101 @@ impl MetricsHandle {
     }
 }
 
-fn router(
-    routes: Arc<HashMap<String, Arc<dyn ReviewHandler>>>,
+/// One served path: its handler and its metric handles, resolved once
+/// (no label strings built or family maps searched per request).
+struct Route {
+    path: String,
+    handler: Arc<dyn ReviewHandler>,
+    latency: Histogram,
+    in_flight: Gauge,
+    ok: Counter,
     metrics: WebhookMetrics,
-) -> axum::Router {
-    let mut r = axum::Router::new();
-    for (path, h) in routes.iter() {
-        let (h, m, p) = (h.clone(), metrics.clone(), path.clone());
-        r = r.route(
-            path,
-            axum::routing::post(move |body: Bytes| {
-                let (h, m, p) = (h.clone(), m.clone(), p.clone());
-                async move { serve_review(&*h, &m, &p, &body).await }
-            }),
-        );
-    }
-    r.layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
 }
 
-async fn serve_review(
-    h: &dyn ReviewHandler,
-    m: &WebhookMetrics,
-    path: &str,
-    body: &[u8],
+type Routes = HashMap<String, Route>;
+
+fn routes(handlers: &HashMap<String, Arc<dyn ReviewHandler>>, m: &WebhookMetrics) -> Routes {
+    handlers
+        .iter()
+        .map(|(path, h)| {
+            let labels = WebhookLabels {
+                webhook: path.clone(),
+            };
+            let route = Route {
+                path: path.clone(),
+                handler: h.clone(),
+                latency: m.latency.get_or_create(&labels).clone(),
+                in_flight: m.in_flight.get_or_create(&labels).clone(),
+                ok: m
+                    .requests
+                    .get_or_create(&CodeLabels {
+                        webhook: path.clone(),
+                        code: "200".into(),
+                    })
+                    .clone(),
+                metrics: m.clone(),
+            };
+            (path.clone(), route)
+        })
+        .collect()
+}
+
+fn plain(status: http::StatusCode, msg: String) -> axum::response::Response {
+    (status, msg).into_response()
+}
+
+/// Route one request: a POST to a webhook path, its body read up to
+/// [`MAX_REVIEW_BYTES`]. Plain service code instead of an axum Router:
+/// this is the whole routing table, and it runs for every review.
+async fn dispatch(
+    routes: &Routes,
+    req: http::Request<hyper::body::Incoming>,
 ) -> axum::response::Response {
-    let labels = WebhookLabels {
-        webhook: path.to_string(),
+    let Some(route) = routes.get(req.uri().path()) else {
+        return plain(
+            http::StatusCode::NOT_FOUND,
+            format!("no webhook is served at {}", req.uri().path()),
+        );
     };
+    if req.method() != http::Method::POST {
+        let mut r = plain(
+            http::StatusCode::METHOD_NOT_ALLOWED,
+            "admission reviews are POSTed".into(),
+        );
+        r.headers_mut()
+            .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+        return r;
+    }
+    // Read up to the limit (as axum's body limit does: the client has sent
+    // its body by the time it reads the 413, so it sees the answer rather
+    // than a reset).
+    let body = axum::body::Body::new(req.into_body());
+    let body = match axum::body::to_bytes(body, MAX_REVIEW_BYTES).await {
+        Ok(b) => b,
+        // Past the limit, or the client went away mid-body.
+        Err(_) => {
+            return plain(
+                http::StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the AdmissionReview is larger than {MAX_REVIEW_BYTES} bytes"),
+            );
+        }
+    };
+    serve_review(route, &body).await
+}
+
+async fn serve_review(route: &Route, body: &[u8]) -> axum::response::Response {
     // Decremented on drop, so a request abandoned mid-way (client gone)
     // still leaves the gauge.
-    struct InFlight(Gauge);
-    impl Drop for InFlight {
+    struct InFlight<'a>(&'a Gauge);
+    impl Drop for InFlight<'_> {
         fn drop(&mut self) {
             self.0.dec();
         }
     }
-    let in_flight = InFlight(m.in_flight.get_or_create(&labels).clone());
-    in_flight.0.inc();
+    route.in_flight.inc();
+    let in_flight = InFlight(&route.in_flight);
     let started = Instant::now();
-    let (code, resp) = match h.review(body).await {
+    let (code, resp) = match route.handler.review(body).await {
         Ok(r) => match serde_json::to_vec(&r.into_review()) {
             Ok(b) => (
                 http::StatusCode::OK,
@@ -602,26 +658,30 @@ async fn serve_review(
             ),
             Err(e) => (
                 http::StatusCode::INTERNAL_SERVER_ERROR,
-                (http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+                plain(http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
             ),
         },
         Err(msg) => {
-            tracing::debug!(webhook = path, error = %msg, "bad AdmissionReview");
+            tracing::debug!(webhook = %route.path, error = %msg, "bad AdmissionReview");
             (
                 http::StatusCode::BAD_REQUEST,
-                (http::StatusCode::BAD_REQUEST, msg).into_response(),
+                plain(http::StatusCode::BAD_REQUEST, msg),
             )
         }
     };
-    m.latency
-        .get_or_create(&labels)
-        .observe(started.elapsed().as_secs_f64());
-    m.requests
-        .get_or_create(&CodeLabels {
-            webhook: path.to_string(),
-            code: code.as_u16().to_string(),
-        })
-        .inc();
+    route.latency.observe(started.elapsed().as_secs_f64());
+    if code == http::StatusCode::OK {
+        route.ok.inc();
+    } else {
+        route
+            .metrics
+            .requests
+            .get_or_create(&CodeLabels {
+                webhook: route.path.clone(),
+                code: code.as_u16().to_string(),
+            })
+            .inc();
+    }
     drop(in_flight);
     resp
 }
