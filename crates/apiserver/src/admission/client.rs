@@ -91,7 +91,7 @@ impl tower::Service<http::Uri> for Connector {
                     let found = this.services.read().ok().and_then(|m| m.get(&key).copied());
                     found.ok_or_else(|| {
                         format!(
-                            "service \"{ns}/{name}\" port {port} has no address (map it with ApiServer::set_service_address)"
+                            "service \"{ns}/{name}\" port {port} has no address (map it with `kubeforge up --webhook-service {ns}/{name}:{port}=HOST:PORT` or ApiServer::set_service_address)"
                         )
                     })?
                 }
