@@ -6,11 +6,31 @@
 //! cycle the snapshot does not change and plugins read it without locks.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Node;
 
+use super::topology_counts::{DomainCounts, PodMatcher, TopologyCounts};
 use super::types::{NodeInfo, PodInfo};
+
+/// The incremental topology counts behind a lock, so a plugin holding
+/// `&Snapshot` can build an entry on first use.
+#[derive(Debug, Default)]
+struct Topology(Mutex<TopologyCounts>);
+
+impl Topology {
+    fn get_mut(&mut self) -> &mut TopologyCounts {
+        self.0.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Clone for Topology {
+    fn clone(&self) -> Self {
+        Topology(Mutex::new(
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        ))
+    }
+}
 
 /// Nodes with the pods on them.
 #[derive(Debug, Default, Clone)]
@@ -22,6 +42,7 @@ pub struct Snapshot {
     orphans: HashMap<String, Vec<Arc<PodInfo>>>,
     with_affinity: usize,
     with_required_anti_affinity: usize,
+    topology: Topology,
 }
 
 impl Snapshot {
@@ -55,6 +76,24 @@ impl Snapshot {
         self.with_required_anti_affinity
     }
 
+    /// Matching pods per domain of `key` over the nodes carrying every
+    /// label in `required` (and `key`), kept up to date incrementally (see
+    /// [`TopologyCounts`]). Every domain of such a node is present, with 0
+    /// when no pod there matches.
+    pub fn topology_counts(
+        &self,
+        namespace: &str,
+        matcher: &PodMatcher,
+        key: &str,
+        required: &[String],
+    ) -> DomainCounts {
+        self.topology
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&self.nodes, namespace, matcher, key, required)
+    }
+
     fn count(&mut self, pod: &PodInfo, d: isize) {
         if pod.has_pod_affinity() {
             self.with_affinity = self.with_affinity.saturating_add_signed(d);
@@ -73,7 +112,10 @@ impl Snapshot {
             for img in old {
                 self.dec_image(&img);
             }
+            let topology = self.topology.get_mut();
+            topology.node_delta(&self.nodes[i], -1);
             self.nodes[i].set_node(node);
+            topology.node_delta(&self.nodes[i], 1);
             for img in self.nodes[i].images.keys() {
                 *self.image_nodes.entry(img.clone()).or_default() += 1;
             }
@@ -85,6 +127,7 @@ impl Snapshot {
             for img in info.images.keys() {
                 *self.image_nodes.entry(img.clone()).or_default() += 1;
             }
+            self.topology.get_mut().node_delta(&info, 1);
             self.index.insert(name, self.nodes.len());
             self.nodes.push(info);
         }
@@ -105,6 +148,7 @@ impl Snapshot {
             return;
         };
         let info = self.nodes.swap_remove(i);
+        self.topology.get_mut().node_delta(&info, -1);
         if i < self.nodes.len() {
             let moved = self.nodes[i].name.clone();
             self.index.insert(moved, i);
@@ -121,7 +165,10 @@ impl Snapshot {
     pub fn add_pod(&mut self, node: &str, pod: Arc<PodInfo>) {
         self.count(&pod, 1);
         match self.index.get(node) {
-            Some(&i) => self.nodes[i].add_pod(pod),
+            Some(&i) => {
+                self.topology.get_mut().pod_delta(&self.nodes[i], &pod, 1);
+                self.nodes[i].add_pod(pod);
+            }
             None => self.orphans.entry(node.to_string()).or_default().push(pod),
         }
     }
@@ -132,6 +179,7 @@ impl Snapshot {
             Some(&i) => {
                 if let Some(p) = self.nodes[i].remove_pod(uid) {
                     self.count(&p, -1);
+                    self.topology.get_mut().pod_delta(&self.nodes[i], &p, -1);
                 }
             }
             None => {

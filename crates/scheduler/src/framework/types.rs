@@ -157,7 +157,7 @@ impl HostPort {
 }
 
 /// A parsed pod (anti-)affinity term.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AffinityTerm {
     /// Namespaces the term applies to (the pod's own when neither this nor a
     /// namespace selector is given).

@@ -9,21 +9,29 @@ use serde::Deserialize;
 
 use super::helper::{decode_args, min_max_normalize, plugin};
 use crate::framework::{
-    ClusterEvent, Code, CycleState, FilterPlugin, NodeInfo, NodeScore, PodInfo,
+    ClusterEvent, Code, CycleState, FilterPlugin, NodeInfo, NodeScore, PodInfo, PodMatcher,
     PreFilterExtensions, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Snapshot,
-    Status, types::AffinityTerm,
+    Status, topology_counts::FastBuild, types::AffinityTerm,
 };
 
 const STATE_FILTER: &str = "PreFilterInterPodAffinity";
 const STATE_SCORE: &str = "PreScoreInterPodAffinity";
 
-type Counts = HashMap<String, HashMap<String, i64>>;
+type Counts = HashMap<String, HashMap<String, i64, FastBuild>, FastBuild>;
 
 fn bump(m: &mut Counts, key: &str, value: &str, d: i64) {
-    *m.entry(key.to_string())
-        .or_default()
-        .entry(value.to_string())
-        .or_default() += d;
+    // Look up before inserting: most bumps hit an existing (key, value), and
+    // `entry` would allocate both strings every time.
+    let inner = match m.get_mut(key) {
+        Some(inner) => inner,
+        None => m.entry(key.to_string()).or_default(),
+    };
+    match inner.get_mut(value) {
+        Some(c) => *c += d,
+        None => {
+            inner.insert(value.to_string(), d);
+        }
+    }
 }
 
 fn get(m: &Counts, key: &str, value: &str) -> i64 {
@@ -122,13 +130,42 @@ impl PreFilterPlugin for InterPodAffinity {
             return (None, Status::skip());
         }
         let mut st = FilterState::default();
-        for node in snapshot.nodes() {
-            if !wants && node.pods_with_required_anti_affinity == 0 {
-                continue;
+        // Existing pods' anti-affinity toward this pod: only nodes hosting
+        // pods with such terms.
+        if snapshot.pods_with_required_anti_affinity() > 0 {
+            for node in snapshot.nodes() {
+                if node.pods_with_required_anti_affinity == 0 {
+                    continue;
+                }
+                let labels = node.labels();
+                for other in &node.pods {
+                    for t in &other.required_anti_affinity {
+                        if t.matches(pod)
+                            && let Some(v) = labels.get(&t.topology_key)
+                        {
+                            bump(&mut st.existing_anti, &t.topology_key, v, 1);
+                        }
+                    }
+                }
             }
-            for other in &node.pods {
-                if wants || !other.required_anti_affinity.is_empty() {
-                    st.update(pod, other, node, 1);
+        }
+        // This pod's own terms: matching pods per domain, from the
+        // snapshot's incremental counts (no scan of every pod).
+        for (terms, out) in [
+            (&pod.required_affinity, &mut st.affinity),
+            (&pod.required_anti_affinity, &mut st.anti),
+        ] {
+            for t in terms {
+                let counts = snapshot.topology_counts(
+                    "",
+                    &PodMatcher::Term(t.clone()),
+                    &t.topology_key,
+                    &[],
+                );
+                for (v, c) in counts {
+                    if c != 0 {
+                        bump(out, &t.topology_key, &v, c);
+                    }
                 }
             }
         }

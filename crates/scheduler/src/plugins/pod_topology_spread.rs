@@ -9,7 +9,7 @@
 //! owning ReplicaSet/StatefulSet matches in practice; Services are not
 //! consulted.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use kubeforge_apimachinery::labels::Selector;
@@ -18,9 +18,9 @@ use serde_json::json;
 use super::helper::plugin;
 use super::node_affinity::matches_required;
 use crate::framework::{
-    ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, NodeInfo, NodeScore, PodInfo,
-    PreFilterExtensions, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Snapshot,
-    Status, types::tolerates,
+    ClusterEvent, CycleState, DomainCounts, FilterPlugin, MAX_NODE_SCORE, NodeInfo, NodeScore,
+    PodInfo, PodMatcher, PreFilterExtensions, PreFilterPlugin, PreFilterResult, PreScorePlugin,
+    ScorePlugin, Snapshot, Status, topology_counts::controller_uid, types::tolerates,
 };
 
 const HOSTNAME: &str = "kubernetes.io/hostname";
@@ -29,16 +29,10 @@ const STATE_FILTER: &str = "PreFilterPodTopologySpread";
 const STATE_SCORE: &str = "PreScorePodTopologySpread";
 
 #[derive(Clone)]
-enum Matcher {
-    Labels(Selector),
-    SameController(String),
-}
-
-#[derive(Clone)]
 struct Constraint {
     max_skew: i64,
     key: String,
-    matcher: Matcher,
+    matcher: PodMatcher,
     min_domains: i64,
     honor_affinity: bool,
     honor_taints: bool,
@@ -46,24 +40,8 @@ struct Constraint {
 
 impl Constraint {
     fn matches(&self, ns: &str, pod: &PodInfo) -> bool {
-        if pod.namespace != ns || pod.pod.metadata.deletion_timestamp.is_some() {
-            return false;
-        }
-        match &self.matcher {
-            Matcher::Labels(s) => s.matches(&pod.labels),
-            Matcher::SameController(uid) => controller_uid(pod).is_some_and(|u| u == uid),
-        }
+        self.matcher.counts(ns, pod)
     }
-}
-
-fn controller_uid(pod: &PodInfo) -> Option<&str> {
-    pod.pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .map(|o| o.uid.as_str())
 }
 
 fn parse(c: &TopologySpreadConstraint, pod: &PodInfo) -> Result<Constraint, String> {
@@ -100,7 +78,7 @@ fn parse(c: &TopologySpreadConstraint, pod: &PodInfo) -> Result<Constraint, Stri
     Ok(Constraint {
         max_skew: i64::from(c.max_skew),
         key: c.topology_key.clone(),
-        matcher: Matcher::Labels(selector),
+        matcher: PodMatcher::Labels(selector),
         min_domains: i64::from(c.min_domains.unwrap_or(1)),
         honor_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
         honor_taints: c.node_taints_policy.as_deref() == Some("Honor"),
@@ -154,13 +132,70 @@ fn node_eligible(cs: &[Constraint], pod: &PodInfo, node: &NodeInfo) -> bool {
     true
 }
 
+/// Whether the inclusion policies leave every node carrying the keys in:
+/// then the counts can come from the snapshot's incremental index.
+fn no_inclusion_filter(cs: &[Constraint], pod: &PodInfo) -> bool {
+    let has_node_affinity = !pod.node_selector.is_empty() || pod.required_node_terms.is_some();
+    !cs.iter()
+        .any(|c| c.honor_taints || (c.honor_affinity && has_node_affinity))
+}
+
+/// Per constraint, matching pods per domain over the nodes that count: those
+/// carrying every key in `required` and passing the inclusion policies.
+/// Skips constraints for which `skip` says so (left empty).
+fn domain_counts(
+    cs: &[Constraint],
+    required: &[String],
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    skip: impl Fn(&Constraint) -> bool,
+) -> Vec<DomainCounts> {
+    if no_inclusion_filter(cs, pod) {
+        return cs
+            .iter()
+            .map(|c| {
+                if skip(c) {
+                    DomainCounts::default()
+                } else {
+                    snapshot.topology_counts(&pod.namespace, &c.matcher, &c.key, required)
+                }
+            })
+            .collect();
+    }
+    // The slow way, over every pod (the node set depends on this pod).
+    let mut counts = vec![DomainCounts::default(); cs.len()];
+    for node in snapshot.nodes() {
+        let labels = node.labels();
+        if !required.iter().all(|k| labels.contains_key(k)) || !node_eligible(cs, pod, node) {
+            continue;
+        }
+        for (i, c) in cs.iter().enumerate() {
+            if skip(c) {
+                continue;
+            }
+            let Some(v) = labels.get(&c.key) else {
+                continue;
+            };
+            let n = node
+                .pods
+                .iter()
+                .filter(|p| c.matches(&pod.namespace, p))
+                .count() as i64;
+            *counts[i].entry(Arc::from(v.as_str())).or_default() += n;
+        }
+    }
+    counts
+}
+
 #[derive(Clone)]
 struct FilterState {
     constraints: Vec<Constraint>,
     /// Per constraint: domain value → matching pods.
-    counts: Vec<HashMap<String, i64>>,
+    counts: Vec<DomainCounts>,
     /// Per constraint: the global minimum (0 below minDomains domains).
     min: Vec<i64>,
+    /// Per constraint: 1 when the incoming pod matches its own selector.
+    self_match: Vec<i64>,
 }
 
 impl FilterState {
@@ -184,7 +219,7 @@ impl FilterState {
                 continue;
             }
             if let Some(v) = node.labels().get(&c.key) {
-                *self.counts[i].entry(v.clone()).or_default() += delta;
+                *self.counts[i].entry(Arc::from(v.as_str())).or_default() += delta;
                 self.recompute_min(i);
             }
         }
@@ -219,27 +254,17 @@ impl PreFilterPlugin for PodTopologySpread {
         if cs.is_empty() {
             return (None, Status::skip());
         }
+        let required: Vec<String> = cs.iter().map(|c| c.key.clone()).collect();
+        let counts = domain_counts(&cs, &required, pod, snapshot, |_| false);
         let mut st = FilterState {
-            counts: vec![HashMap::new(); cs.len()],
             min: vec![0; cs.len()],
+            self_match: cs
+                .iter()
+                .map(|c| i64::from(c.matches(&pod.namespace, pod)))
+                .collect(),
+            counts,
             constraints: cs,
         };
-        for node in snapshot.nodes() {
-            if !node_eligible(&st.constraints, pod, node) {
-                continue;
-            }
-            for (i, c) in st.constraints.iter().enumerate() {
-                let Some(v) = node.labels().get(&c.key) else {
-                    continue;
-                };
-                let n = node
-                    .pods
-                    .iter()
-                    .filter(|p| c.matches(&pod.namespace, p))
-                    .count() as i64;
-                *st.counts[i].entry(v.clone()).or_default() += n;
-            }
-        }
         for i in 0..st.constraints.len() {
             st.recompute_min(i);
         }
@@ -280,7 +305,7 @@ impl PreFilterExtensions for PodTopologySpread {
 }
 
 impl FilterPlugin for PodTopologySpread {
-    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
         let Some(st) = state.read::<FilterState>(STATE_FILTER) else {
             return Status::success();
         };
@@ -290,9 +315,8 @@ impl FilterPlugin for PodTopologySpread {
                     "node(s) didn't match pod topology spread constraints (missing required label)",
                 );
             };
-            let self_match = i64::from(c.matches(&pod.namespace, pod));
-            let count = st.counts[i].get(v).copied().unwrap_or(0);
-            if count + self_match - st.min[i] > c.max_skew {
+            let count = st.counts[i].get(v.as_str()).copied().unwrap_or(0);
+            if count + st.self_match[i] - st.min[i] > c.max_skew {
                 return Status::unschedulable(
                     "node(s) didn't match pod topology spread constraints",
                 );
@@ -305,7 +329,7 @@ impl FilterPlugin for PodTopologySpread {
 #[derive(Clone)]
 struct ScoreState {
     constraints: Vec<Constraint>,
-    counts: Vec<HashMap<String, i64>>,
+    counts: Vec<DomainCounts>,
     weights: Vec<f64>,
 }
 
@@ -331,7 +355,7 @@ impl PreScorePlugin for PodTopologySpread {
                     .map(|(k, s)| Constraint {
                         max_skew: s,
                         key: k.into(),
-                        matcher: Matcher::SameController(uid.to_string()),
+                        matcher: PodMatcher::Controller(uid.to_string()),
                         min_domains: 1,
                         honor_affinity: true,
                         honor_taints: false,
@@ -352,27 +376,32 @@ impl PreScorePlugin for PodTopologySpread {
             values.dedup();
             weights.push(((values.len() + 2) as f64).ln());
         }
-        let mut counts = vec![HashMap::new(); cs.len()];
-        for node in snapshot.nodes() {
-            for (i, c) in cs.iter().enumerate() {
-                if c.key == HOSTNAME {
-                    continue; // counted per node at Score
-                }
-                let labels = node.labels();
-                let Some(v) = labels.get(&c.key) else {
-                    continue;
-                };
-                if c.honor_affinity && !matches_required(pod, node) {
-                    continue;
-                }
-                let n = node
-                    .pods
-                    .iter()
-                    .filter(|p| c.matches(&pod.namespace, p))
-                    .count() as i64;
-                *counts[i].entry(v.clone()).or_default() += n;
-            }
-        }
+        // Explicit constraints count only nodes carrying every key; the
+        // system defaults count each key on its own (kube-scheduler's
+        // requireAllTopologies). Hostname domains are counted at Score.
+        let explicit = has_any_constraints(pod);
+        let all_keys: Vec<String> = cs.iter().map(|c| c.key.clone()).collect();
+        let counts = if explicit {
+            domain_counts(&cs, &all_keys, pod, snapshot, |c| c.key == HOSTNAME)
+        } else {
+            cs.iter()
+                .map(|c| {
+                    if c.key == HOSTNAME {
+                        DomainCounts::default()
+                    } else {
+                        domain_counts(
+                            std::slice::from_ref(c),
+                            std::slice::from_ref(&c.key),
+                            pod,
+                            snapshot,
+                            |_| false,
+                        )
+                        .pop()
+                        .unwrap_or_default()
+                    }
+                })
+                .collect()
+        };
         state.write(
             STATE_SCORE,
             ScoreState {
@@ -410,7 +439,7 @@ impl ScorePlugin for PodTopologySpread {
                     .filter(|p| c.matches(&pod.namespace, p))
                     .count() as i64
             } else {
-                st.counts[i].get(v).copied().unwrap_or(0)
+                st.counts[i].get(v.as_str()).copied().unwrap_or(0)
             };
             score += cnt as f64 * st.weights[i] + (c.max_skew - 1) as f64;
         }
