@@ -569,12 +569,17 @@ impl Framework {
                 } else if nominated.is_empty() {
                     run_filters(&active, state, pod, node)
                 } else {
-                    let s = self.run_filter_with_nominated(state, pod, node, nominated);
-                    if s.is_success() {
-                        Ok(())
-                    } else {
-                        Err((usize::MAX, s))
-                    }
+                    // A node must pass with and without its nominated pods:
+                    // the plain run (no copies) settles most rejections;
+                    // the exact status is worked out below when needed.
+                    run_filters(&active, state, pod, node).and_then(|()| {
+                        let s = self.run_filter_with_nominated(state, pod, node, nominated);
+                        if s.is_success() {
+                            Ok(())
+                        } else {
+                            Err((usize::MAX, s))
+                        }
+                    })
                 };
                 match r {
                     Ok(()) => {

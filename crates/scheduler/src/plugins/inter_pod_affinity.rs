@@ -344,3 +344,84 @@ impl ScorePlugin for InterPodAffinity {
         Status::success()
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+    use std::sync::Arc;
+
+    fn node(name: &str, zone: &str) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {
+                    "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone}},
+                "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn pod(uid: &str, labels: serde_json::Value, affinity: serde_json::Value) -> Arc<PodInfo> {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": uid, "namespace": "default", "uid": uid, "labels": labels},
+            "spec": {"containers": [{"name": "c"}], "affinity": affinity}
+        }))
+        .unwrap();
+        Arc::new(PodInfo::new(Arc::new(p)))
+    }
+
+    /// Which nodes pass PreFilter + Filter for `incoming`.
+    fn feasible(s: &Snapshot, incoming: &PodInfo) -> Vec<String> {
+        let pl = InterPodAffinity::new(None).unwrap();
+        let mut state = CycleState::default();
+        let (_, st) = pl.pre_filter(&mut state, incoming, s);
+        assert!(st.is_success() || st.code == Code::Skip);
+        let mut out: Vec<String> = s
+            .nodes()
+            .iter()
+            .filter(|n| st.code == Code::Skip || pl.filter(&state, incoming, n).is_success())
+            .map(|n| n.name.clone())
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn own_terms_follow_pod_moves_and_relabels() {
+        let mut s = Snapshot::new();
+        s.apply_node(node("n1", "a"));
+        s.apply_node(node("n2", "b"));
+        s.apply_node(node("n3", "b"));
+        s.add_pod("n2", pod("cache", json!({"app": "cache"}), json!(null)));
+        let near = pod(
+            "web",
+            json!({"app": "web"}),
+            json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "cache"}}}]}}),
+        );
+        let apart = pod(
+            "solo",
+            json!({"app": "solo"}),
+            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "cache"}}}]}}),
+        );
+        assert_eq!(feasible(&s, &near), ["n2", "n3"]);
+        assert_eq!(feasible(&s, &apart), ["n1", "n3"]);
+        // the cache pod moves to n1: the kept counts follow
+        s.remove_pod("n2", "cache");
+        s.add_pod("n1", pod("cache", json!({"app": "cache"}), json!(null)));
+        assert_eq!(feasible(&s, &near), ["n1"]);
+        assert_eq!(feasible(&s, &apart), ["n2", "n3"]);
+        // n3 relabelled into zone a joins the cache pod's domain
+        s.apply_node(node("n3", "a"));
+        assert_eq!(feasible(&s, &near), ["n1", "n3"]);
+        // no cache pod left: the first pod of a self-matching group may go
+        // anywhere, others nowhere
+        s.remove_pod("n1", "cache");
+        assert!(feasible(&s, &near).is_empty());
+        assert_eq!(feasible(&s, &apart), ["n1", "n2", "n3"]);
+    }
+}
