@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::topology_counts::{DomainCounts, PodMatcher, TopologyCounts};
+use super::topology_counts::{DomainCounts, ExistingTerms, PodMatcher, TermGroup, TopologyCounts};
 use super::types::{NodeInfo, PodInfo};
 
 /// The incremental topology counts behind a lock, so a plugin holding
@@ -43,6 +43,7 @@ pub struct Snapshot {
     with_affinity: usize,
     with_required_anti_affinity: usize,
     topology: Topology,
+    terms: ExistingTerms,
 }
 
 impl Snapshot {
@@ -94,6 +95,12 @@ impl Snapshot {
             .get(&self.nodes, namespace, matcher, key, required)
     }
 
+    /// The (anti-)affinity terms of the pods on known nodes, grouped by
+    /// equal term and counted per domain (see [`ExistingTerms`]).
+    pub fn existing_terms(&self) -> &[TermGroup] {
+        self.terms.groups()
+    }
+
     fn count(&mut self, pod: &PodInfo, d: isize) {
         if pod.has_pod_affinity() {
             self.with_affinity = self.with_affinity.saturating_add_signed(d);
@@ -114,8 +121,10 @@ impl Snapshot {
             }
             let topology = self.topology.get_mut();
             topology.node_delta(&self.nodes[i], -1);
+            self.terms.node_delta(&self.nodes[i], -1);
             self.nodes[i].set_node(node);
             topology.node_delta(&self.nodes[i], 1);
+            self.terms.node_delta(&self.nodes[i], 1);
             for img in self.nodes[i].images.keys() {
                 *self.image_nodes.entry(img.clone()).or_default() += 1;
             }
@@ -128,6 +137,7 @@ impl Snapshot {
                 *self.image_nodes.entry(img.clone()).or_default() += 1;
             }
             self.topology.get_mut().node_delta(&info, 1);
+            self.terms.node_delta(&info, 1);
             self.index.insert(name, self.nodes.len());
             self.nodes.push(info);
         }
@@ -149,6 +159,7 @@ impl Snapshot {
         };
         let info = self.nodes.swap_remove(i);
         self.topology.get_mut().node_delta(&info, -1);
+        self.terms.node_delta(&info, -1);
         if i < self.nodes.len() {
             let moved = self.nodes[i].name.clone();
             self.index.insert(moved, i);
@@ -167,6 +178,7 @@ impl Snapshot {
         match self.index.get(node) {
             Some(&i) => {
                 self.topology.get_mut().pod_delta(&self.nodes[i], &pod, 1);
+                self.terms.pod_delta(&self.nodes[i], &pod, 1);
                 self.nodes[i].add_pod(pod);
             }
             None => self.orphans.entry(node.to_string()).or_default().push(pod),
@@ -180,6 +192,7 @@ impl Snapshot {
                 if let Some(p) = self.nodes[i].remove_pod(uid) {
                     self.count(&p, -1);
                     self.topology.get_mut().pod_delta(&self.nodes[i], &p, -1);
+                    self.terms.pod_delta(&self.nodes[i], &p, -1);
                 }
             }
             None => {

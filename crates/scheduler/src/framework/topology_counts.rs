@@ -256,6 +256,131 @@ impl TopologyCounts {
     }
 }
 
+/// Which list of an existing pod's affinity terms a group comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TermKind {
+    /// `podAffinity.requiredDuringScheduling…`.
+    RequiredAffinity,
+    /// `podAntiAffinity.requiredDuringScheduling…`.
+    RequiredAntiAffinity,
+    /// `podAffinity.preferredDuringScheduling…` (with its weight).
+    PreferredAffinity,
+    /// `podAntiAffinity.preferredDuringScheduling…` (with its weight).
+    PreferredAntiAffinity,
+}
+
+/// Existing pods that carry the same (anti-)affinity term, counted per
+/// domain of the term's topology key.
+#[derive(Debug, Clone)]
+pub struct TermGroup {
+    /// Which list the term is in.
+    pub kind: TermKind,
+    /// The weight (preferred terms; 0 for required ones).
+    pub weight: i64,
+    /// The term.
+    pub term: AffinityTerm,
+    /// Pods carrying it, per value of `term.topology_key` of their node.
+    pub domains: HashMap<Arc<str>, i64, FastBuild>,
+    signature: String,
+}
+
+/// The (anti-)affinity terms of the pods on known nodes, grouped by equal
+/// term: InterPodAffinity asks "which existing pods' terms select the
+/// incoming pod, and where are they" once per distinct term instead of once
+/// per pod.
+#[derive(Debug, Clone, Default)]
+pub struct ExistingTerms {
+    groups: Vec<TermGroup>,
+    lookup: HashMap<String, usize>,
+}
+
+fn pod_terms(pod: &PodInfo) -> impl Iterator<Item = (TermKind, i64, &AffinityTerm)> {
+    pod.required_affinity
+        .iter()
+        .map(|t| (TermKind::RequiredAffinity, 0, t))
+        .chain(
+            pod.required_anti_affinity
+                .iter()
+                .map(|t| (TermKind::RequiredAntiAffinity, 0, t)),
+        )
+        .chain(
+            pod.preferred_affinity
+                .iter()
+                .map(|w| (TermKind::PreferredAffinity, w.weight, &w.term)),
+        )
+        .chain(
+            pod.preferred_anti_affinity
+                .iter()
+                .map(|w| (TermKind::PreferredAntiAffinity, w.weight, &w.term)),
+        )
+}
+
+impl ExistingTerms {
+    /// The groups (each with at least one pod on a node carrying its key).
+    pub fn groups(&self) -> &[TermGroup] {
+        &self.groups
+    }
+
+    /// A pod with affinity terms added to (`d = 1`) or removed from
+    /// (`d = -1`) a known node.
+    pub fn pod_delta(&mut self, node: &NodeInfo, pod: &PodInfo, d: i64) {
+        if node.node.is_none() || !pod.has_pod_affinity() {
+            return;
+        }
+        let labels = node.labels();
+        for (kind, weight, term) in pod_terms(pod) {
+            let Some(v) = labels.get(&term.topology_key) else {
+                continue;
+            };
+            let signature = format!("{kind:?}/{weight}/{term:?}");
+            let i = match self.lookup.get(&signature) {
+                Some(&i) => i,
+                None if d < 0 => continue,
+                None => {
+                    self.groups.push(TermGroup {
+                        kind,
+                        weight,
+                        term: term.clone(),
+                        domains: HashMap::default(),
+                        signature: signature.clone(),
+                    });
+                    self.lookup.insert(signature, self.groups.len() - 1);
+                    self.groups.len() - 1
+                }
+            };
+            let g = &mut self.groups[i];
+            match g.domains.get_mut(v.as_str()) {
+                Some(c) => {
+                    *c += d;
+                    if *c == 0 {
+                        g.domains.remove(v.as_str());
+                    }
+                }
+                None => {
+                    g.domains.insert(Arc::from(v.as_str()), d);
+                }
+            }
+            if g.domains.is_empty() {
+                let gone = self.groups.swap_remove(i);
+                self.lookup.remove(&gone.signature);
+                if let Some(moved) = self.groups.get(i) {
+                    self.lookup.insert(moved.signature.clone(), i);
+                }
+            }
+        }
+    }
+
+    /// A node (with its pods) joins, or leaves with `d = -1`.
+    pub fn node_delta(&mut self, node: &NodeInfo, d: i64) {
+        if node.pods_with_affinity == 0 {
+            return;
+        }
+        for p in &node.pods {
+            self.pod_delta(node, p, d);
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -11,7 +11,9 @@ use super::helper::{decode_args, min_max_normalize, plugin};
 use crate::framework::{
     ClusterEvent, Code, CycleState, FilterPlugin, NodeInfo, NodeScore, PodInfo, PodMatcher,
     PreFilterExtensions, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Snapshot,
-    Status, topology_counts::FastBuild, types::AffinityTerm,
+    Status,
+    topology_counts::{FastBuild, TermKind},
+    types::AffinityTerm,
 };
 
 const STATE_FILTER: &str = "PreFilterInterPodAffinity";
@@ -130,21 +132,13 @@ impl PreFilterPlugin for InterPodAffinity {
             return (None, Status::skip());
         }
         let mut st = FilterState::default();
-        // Existing pods' anti-affinity toward this pod: only nodes hosting
-        // pods with such terms.
+        // Existing pods' anti-affinity toward this pod, one check per
+        // distinct term (the snapshot groups equal terms and counts them).
         if snapshot.pods_with_required_anti_affinity() > 0 {
-            for node in snapshot.nodes() {
-                if node.pods_with_required_anti_affinity == 0 {
-                    continue;
-                }
-                let labels = node.labels();
-                for other in &node.pods {
-                    for t in &other.required_anti_affinity {
-                        if t.matches(pod)
-                            && let Some(v) = labels.get(&t.topology_key)
-                        {
-                            bump(&mut st.existing_anti, &t.topology_key, v, 1);
-                        }
+            for g in snapshot.existing_terms() {
+                if g.kind == TermKind::RequiredAntiAffinity && g.term.matches(pod) {
+                    for (v, c) in &g.domains {
+                        bump(&mut st.existing_anti, &g.term.topology_key, v, *c);
                     }
                 }
             }
@@ -264,36 +258,6 @@ struct ScoreState {
     topology_score: Counts,
 }
 
-impl InterPodAffinity {
-    fn score_pair(&self, st: &mut ScoreState, pod: &PodInfo, other: &PodInfo, node: &NodeInfo) {
-        let labels = node.labels();
-        let mut add = |t: &AffinityTerm, w: i64, target: &PodInfo| {
-            if t.matches(target)
-                && let Some(v) = labels.get(&t.topology_key)
-            {
-                bump(&mut st.topology_score, &t.topology_key, v, w);
-            }
-        };
-        for w in &pod.preferred_affinity {
-            add(&w.term, w.weight, other);
-        }
-        for w in &pod.preferred_anti_affinity {
-            add(&w.term, -w.weight, other);
-        }
-        if self.hard_weight > 0 {
-            for t in &other.required_affinity {
-                add(t, self.hard_weight, pod);
-            }
-        }
-        for w in &other.preferred_affinity {
-            add(&w.term, w.weight, pod);
-        }
-        for w in &other.preferred_anti_affinity {
-            add(&w.term, -w.weight, pod);
-        }
-    }
-}
-
 impl PreScorePlugin for InterPodAffinity {
     fn pre_score(
         &self,
@@ -308,13 +272,36 @@ impl PreScorePlugin for InterPodAffinity {
             return Status::skip();
         }
         let mut st = ScoreState::default();
-        for node in snapshot.nodes() {
-            if !has_preferred && node.pods_with_affinity == 0 {
-                continue;
+        // Existing pods' terms toward this pod, per distinct term.
+        for g in snapshot.existing_terms() {
+            let w = match g.kind {
+                TermKind::RequiredAffinity => self.hard_weight,
+                TermKind::RequiredAntiAffinity => 0,
+                TermKind::PreferredAffinity => g.weight,
+                TermKind::PreferredAntiAffinity => -g.weight,
+            };
+            if w != 0 && g.term.matches(pod) {
+                for (v, c) in &g.domains {
+                    bump(&mut st.topology_score, &g.term.topology_key, v, c * w);
+                }
             }
-            for other in &node.pods {
-                if has_preferred || other.has_pod_affinity() {
-                    self.score_pair(&mut st, pod, other, node);
+        }
+        // This pod's preferred terms toward existing pods.
+        let own = pod
+            .preferred_affinity
+            .iter()
+            .map(|w| (w, w.weight))
+            .chain(pod.preferred_anti_affinity.iter().map(|w| (w, -w.weight)));
+        for (w, weight) in own {
+            let counts = snapshot.topology_counts(
+                "",
+                &PodMatcher::Term(w.term.clone()),
+                &w.term.topology_key,
+                &[],
+            );
+            for (v, c) in counts {
+                if c != 0 {
+                    bump(&mut st.topology_score, &w.term.topology_key, &v, c * weight);
                 }
             }
         }
@@ -423,5 +410,53 @@ mod tests {
         s.remove_pod("n1", "cache");
         assert!(feasible(&s, &near).is_empty());
         assert_eq!(feasible(&s, &apart), ["n1", "n2", "n3"]);
+    }
+
+    #[test]
+    fn existing_pods_terms_follow_pod_moves_and_relabels() {
+        let mut s = Snapshot::new();
+        s.apply_node(node("n1", "a"));
+        s.apply_node(node("n2", "b"));
+        s.apply_node(node("n3", "b"));
+        let guard = || {
+            pod(
+                "guard",
+                json!({"app": "guard"}),
+                json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "web"}}}]},
+                    "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}]}}),
+            )
+        };
+        let web = pod("web", json!({"app": "web"}), json!(null));
+        let other = pod("db", json!({"app": "db"}), json!(null));
+        s.add_pod("n2", guard());
+        // symmetry: the guard's anti-affinity keeps web pods out of zone b
+        assert_eq!(feasible(&s, &web), ["n1"]);
+        assert_eq!(feasible(&s, &other), ["n1", "n2", "n3"]);
+        s.remove_pod("n2", "guard");
+        s.add_pod("n1", guard());
+        assert_eq!(feasible(&s, &web), ["n2", "n3"]);
+        s.apply_node(node("n3", "a"));
+        assert_eq!(feasible(&s, &web), ["n2"]);
+        // the guard's required affinity toward web pods scores its own node
+        // (hardPodAffinityWeight 1) above the others
+        let pl = InterPodAffinity::new(None).unwrap();
+        let mut state = CycleState::default();
+        let nodes: Vec<&NodeInfo> = s.nodes().iter().collect();
+        assert!(pl.pre_score(&mut state, &web, &nodes, &s).is_success());
+        let score = |n: &str| pl.score(&state, &web, s.get(n).unwrap()).0;
+        assert_eq!((score("n1"), score("n2"), score("n3")), (1, 0, 0));
+        s.remove_pod("n1", "guard");
+        assert!(s.existing_terms().is_empty());
+        let mut state = CycleState::default();
+        assert_eq!(
+            pl.pre_score(&mut state, &web, &nodes_of(&s), &s).code,
+            Code::Skip
+        );
+    }
+
+    fn nodes_of(s: &Snapshot) -> Vec<&NodeInfo> {
+        s.nodes().iter().collect()
     }
 }
