@@ -6,12 +6,14 @@
 //! cycle the snapshot does not change and plugins read it without locks.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Node;
 
+use super::topology_counts::FastBuild;
 use super::topology_counts::{DomainCounts, ExistingTerms, PodMatcher, TermGroup, TopologyCounts};
-use super::types::{NodeInfo, PodInfo};
+use super::types::{NO_TOPOLOGY_VALUE, NodeInfo, PodInfo, WELL_KNOWN_TOPOLOGY_KEYS};
 
 /// The incremental topology counts behind a lock, so a plugin holding
 /// `&Snapshot` can build an entry on first use.
@@ -44,6 +46,57 @@ pub struct Snapshot {
     with_required_anti_affinity: usize,
     topology: Topology,
     terms: ExistingTerms,
+    interner: Interner,
+}
+
+static NEXT_SNAPSHOT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Ids for the values of the well-known topology keys, per key.
+#[derive(Debug)]
+struct Interner {
+    id: u64,
+    values: [HashMap<Arc<str>, u32, FastBuild>; 3],
+}
+
+impl Default for Interner {
+    fn default() -> Self {
+        Interner {
+            id: NEXT_SNAPSHOT_ID.fetch_add(1, Ordering::Relaxed),
+            values: Default::default(),
+        }
+    }
+}
+
+impl Clone for Interner {
+    /// A copy gets its own id: its nodes (stamped with the original's) then
+    /// take the string path until restamped, never a wrong id.
+    fn clone(&self) -> Self {
+        Interner {
+            id: NEXT_SNAPSHOT_ID.fetch_add(1, Ordering::Relaxed),
+            values: self.values.clone(),
+        }
+    }
+}
+
+impl Interner {
+    fn stamp(&mut self, node: &mut NodeInfo) {
+        let mut ids = [NO_TOPOLOGY_VALUE; 3];
+        let labels = node.node.as_ref().and_then(|n| n.metadata.labels.as_ref());
+        for (k, key) in WELL_KNOWN_TOPOLOGY_KEYS.iter().enumerate() {
+            if let Some(v) = labels.and_then(|l| l.get(*key)) {
+                let map = &mut self.values[k];
+                let next = map.len() as u32;
+                ids[k] = match map.get(v.as_str()) {
+                    Some(&id) => id,
+                    None => {
+                        map.insert(Arc::from(v.as_str()), next);
+                        next
+                    }
+                };
+            }
+        }
+        node.topology_ids = Some((self.id, ids));
+    }
 }
 
 impl Snapshot {
@@ -95,6 +148,30 @@ impl Snapshot {
             .get(&self.nodes, namespace, matcher, key, required)
     }
 
+    /// This snapshot's id and the interned id of `value` for the well-known
+    /// topology key at `key_index` in [`WELL_KNOWN_TOPOLOGY_KEYS`] (`None`
+    /// when no node has that value), to compare with
+    /// [`NodeInfo::topology_ids`].
+    pub fn topology_value_id(&self, key_index: usize, value: &str) -> (u64, Option<u32>) {
+        (
+            self.interner.id,
+            self.interner
+                .values
+                .get(key_index)
+                .and_then(|m| m.get(value).copied()),
+        )
+    }
+
+    /// How many values the well-known topology key at `key_index` has had.
+    pub fn topology_value_count(&self, key_index: usize) -> usize {
+        self.interner.values.get(key_index).map_or(0, |m| m.len())
+    }
+
+    /// This snapshot's id (as stamped in [`NodeInfo::topology_ids`]).
+    pub fn id(&self) -> u64 {
+        self.interner.id
+    }
+
     /// The (anti-)affinity terms of the pods on known nodes, grouped by
     /// equal term and counted per domain (see [`ExistingTerms`]).
     pub fn existing_terms(&self) -> &[TermGroup] {
@@ -123,6 +200,7 @@ impl Snapshot {
             topology.node_delta(&self.nodes[i], -1);
             self.terms.node_delta(&self.nodes[i], -1);
             self.nodes[i].set_node(node);
+            self.interner.stamp(&mut self.nodes[i]);
             topology.node_delta(&self.nodes[i], 1);
             self.terms.node_delta(&self.nodes[i], 1);
             for img in self.nodes[i].images.keys() {
@@ -130,6 +208,7 @@ impl Snapshot {
             }
         } else {
             let mut info = NodeInfo::new(node);
+            self.interner.stamp(&mut info);
             for pod in self.orphans.remove(&name).unwrap_or_default() {
                 info.add_pod(pod);
             }

@@ -20,7 +20,9 @@ use super::node_affinity::matches_required;
 use crate::framework::{
     ClusterEvent, CycleState, DomainCounts, FilterPlugin, MAX_NODE_SCORE, NodeInfo, NodeScore,
     PodInfo, PodMatcher, PreFilterExtensions, PreFilterPlugin, PreFilterResult, PreScorePlugin,
-    ScorePlugin, Snapshot, Status, topology_counts::controller_uid, types::tolerates,
+    ScorePlugin, Snapshot, Status,
+    topology_counts::controller_uid,
+    types::{NO_TOPOLOGY_VALUE, WELL_KNOWN_TOPOLOGY_KEYS, tolerates},
 };
 
 const HOSTNAME: &str = "kubernetes.io/hostname";
@@ -196,6 +198,11 @@ struct FilterState {
     min: Vec<i64>,
     /// Per constraint: 1 when the incoming pod matches its own selector.
     self_match: Vec<i64>,
+    /// Per constraint with a well-known key: (key index, counts by the
+    /// snapshot's value id), so Filter reads a node's count without string
+    /// lookups (nodes stamped by `snapshot_id`).
+    fast: Vec<Option<(usize, Vec<i64>)>>,
+    snapshot_id: u64,
 }
 
 impl FilterState {
@@ -221,6 +228,12 @@ impl FilterState {
             if let Some(v) = node.labels().get(&c.key) {
                 *self.counts[i].entry(Arc::from(v.as_str())).or_default() += delta;
                 self.recompute_min(i);
+                if let (Some((k, by_id)), Some((sid, ids))) = (&mut self.fast[i], node.topology_ids)
+                    && sid == self.snapshot_id
+                    && let Some(c) = by_id.get_mut(ids[*k] as usize)
+                {
+                    *c += delta;
+                }
             }
         }
     }
@@ -256,7 +269,25 @@ impl PreFilterPlugin for PodTopologySpread {
         }
         let required: Vec<String> = cs.iter().map(|c| c.key.clone()).collect();
         let counts = domain_counts(&cs, &required, pod, snapshot, |_| false);
+        let fast = cs
+            .iter()
+            .zip(&counts)
+            .map(|(c, m)| {
+                let k = WELL_KNOWN_TOPOLOGY_KEYS.iter().position(|w| *w == c.key)?;
+                let mut by_id = vec![0; snapshot.topology_value_count(k)];
+                for (v, n) in m {
+                    if let (_, Some(id)) = snapshot.topology_value_id(k, v)
+                        && let Some(slot) = by_id.get_mut(id as usize)
+                    {
+                        *slot = *n;
+                    }
+                }
+                Some((k, by_id))
+            })
+            .collect();
         let mut st = FilterState {
+            fast,
+            snapshot_id: snapshot.id(),
             min: vec![0; cs.len()],
             self_match: cs
                 .iter()
@@ -310,6 +341,23 @@ impl FilterPlugin for PodTopologySpread {
             return Status::success();
         };
         for (i, c) in st.constraints.iter().enumerate() {
+            if let (Some((k, by_id)), Some((sid, ids))) = (&st.fast[i], node.topology_ids)
+                && sid == st.snapshot_id
+            {
+                let id = ids[*k];
+                if id == NO_TOPOLOGY_VALUE {
+                    return Status::unresolvable(
+                        "node(s) didn't match pod topology spread constraints (missing required label)",
+                    );
+                }
+                let count = by_id.get(id as usize).copied().unwrap_or(0);
+                if count + st.self_match[i] - st.min[i] > c.max_skew {
+                    return Status::unschedulable(
+                        "node(s) didn't match pod topology spread constraints",
+                    );
+                }
+                continue;
+            }
             let Some(v) = node.labels().get(&c.key) else {
                 return Status::unresolvable(
                     "node(s) didn't match pod topology spread constraints (missing required label)",
@@ -460,5 +508,99 @@ impl ScorePlugin for PodTopologySpread {
             }
         }
         Status::success()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+
+    fn node(name: &str, zone: Option<&str>) -> Arc<Node> {
+        let mut labels = json!({"kubernetes.io/hostname": name});
+        if let Some(z) = zone {
+            labels[ZONE] = json!(z);
+        }
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": labels},
+                "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn pod(uid: &str) -> Arc<PodInfo> {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": uid, "namespace": "default", "uid": uid, "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c"}], "topologySpreadConstraints": [{
+                "maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "web"}}}]}
+        }))
+        .unwrap();
+        Arc::new(PodInfo::new(Arc::new(p)))
+    }
+
+    /// Filter verdicts per node, from the snapshot's nodes (interned zone
+    /// ids) and from copies built outside it (string lookups): the same.
+    fn verdicts(s: &Snapshot, incoming: &PodInfo) -> Vec<(String, bool)> {
+        let pl = PodTopologySpread;
+        let mut state = CycleState::default();
+        assert!(pl.pre_filter(&mut state, incoming, s).1.is_success());
+        s.nodes()
+            .iter()
+            .map(|n| {
+                let fast = pl.filter(&state, incoming, n).is_success();
+                let mut copy = NodeInfo::new(n.node.clone().unwrap());
+                for p in &n.pods {
+                    copy.add_pod(p.clone());
+                }
+                assert!(copy.topology_ids.is_none());
+                assert_eq!(fast, pl.filter(&state, incoming, &copy).is_success());
+                (n.name.clone(), fast)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn hard_constraint_follows_pods_and_relabels() {
+        let mut s = Snapshot::new();
+        s.apply_node(node("n1", Some("a")));
+        s.apply_node(node("n2", Some("b")));
+        s.apply_node(node("n3", None));
+        s.add_pod("n1", pod("p1"));
+        let v = verdicts(&s, &pod("new"));
+        // zone a has 1, zone b 0: only b is within maxSkew 1; n3 lacks the key
+        assert_eq!(
+            v,
+            [
+                ("n1".into(), false),
+                ("n2".into(), true),
+                ("n3".into(), false)
+            ]
+        );
+        s.add_pod("n2", pod("p2"));
+        assert!(verdicts(&s, &pod("new")).iter().take(2).all(|(_, ok)| *ok));
+        // n3 gets zone c (0 pods): now only c is at the minimum
+        s.apply_node(node("n3", Some("c")));
+        assert_eq!(
+            verdicts(&s, &pod("new")),
+            [
+                ("n1".into(), false),
+                ("n2".into(), false),
+                ("n3".into(), true)
+            ]
+        );
+        s.remove_pod("n1", "p1");
+        assert_eq!(
+            verdicts(&s, &pod("new")),
+            [
+                ("n1".into(), true),
+                ("n2".into(), false),
+                ("n3".into(), true)
+            ]
+        );
     }
 }
