@@ -58,8 +58,11 @@ pub struct SchedulingQueue {
     move_cycle: u64,
     last_flush: Instant,
     nominated: HashMap<String, (String, Arc<PodInfo>)>,
-    nominated_cache: Option<Vec<(String, Arc<PodInfo>)>>,
+    nominated_cache: Option<Nominated>,
 }
+
+/// Pods nominated by preemption as (node, pod), sorted by node name.
+pub type Nominated = Arc<[(String, Arc<PodInfo>)]>;
 
 impl SchedulingQueue {
     /// A queue ordered by `sort` (a QueueSort plugin).
@@ -429,12 +432,19 @@ impl SchedulingQueue {
         }
     }
 
-    /// Nominated pods as (node, pod).
-    pub fn nominated(&mut self) -> &[(String, Arc<PodInfo>)] {
-        if self.nominated_cache.is_none() {
-            self.nominated_cache = Some(self.nominated.values().cloned().collect());
+    /// Nominated pods as (node, pod), sorted by node name (so a node's are
+    /// found by binary search); shared, so holding it costs no copy.
+    pub fn nominated(&mut self) -> Nominated {
+        match &self.nominated_cache {
+            Some(c) => c.clone(),
+            None => {
+                let mut v: Vec<(String, Arc<PodInfo>)> = self.nominated.values().cloned().collect();
+                v.sort_by(|a, b| a.0.cmp(&b.0));
+                let c: Nominated = v.into();
+                self.nominated_cache = Some(c.clone());
+                c
+            }
         }
-        self.nominated_cache.as_deref().unwrap_or(&[])
     }
 }
 

@@ -699,7 +699,7 @@ impl SchedulerCore {
                 if fw.has_post_filter() && resolvable {
                     self.metrics.preemption_attempt();
                     let snapshot = self.cache.snapshot();
-                    let nominated_pods = self.queue.nominated().to_vec();
+                    let nominated_pods = self.queue.nominated();
                     let ctx = PostFilterContext {
                         framework: &fw,
                         snapshot,
@@ -759,7 +759,7 @@ impl SchedulerCore {
         };
         let nominated = self.queue.nominated();
         let (feasible, statuses) = fw
-            .find_nodes_that_fit(state, pod, snapshot, allowed.as_deref(), nominated)
+            .find_nodes_that_fit(state, pod, snapshot, allowed.as_deref(), &nominated)
             .map_err(Failure::Error)?;
         match feasible.len() {
             0 => Err(fit(None, statuses)),

@@ -18,6 +18,7 @@
 //! Bind → PostBind. A failure after Reserve runs Unreserve in reverse order.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,12 +49,15 @@ pub enum Code {
 }
 
 /// A plugin's verdict: a code, reasons for people, and the plugin that gave it.
+///
+/// Reasons are `Cow<'static, str>` so a Filter rejecting thousands of nodes
+/// with a fixed message does not allocate a string per node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     /// The outcome.
     pub code: Code,
     /// Human-readable reasons ("Insufficient cpu", …).
-    pub reasons: Vec<String>,
+    pub reasons: Vec<Cow<'static, str>>,
     /// The plugin that returned it (filled in by the framework).
     pub plugin: String,
 }
@@ -69,7 +73,7 @@ impl Status {
     }
 
     /// A status with a code and one reason.
-    pub fn new(code: Code, reason: impl Into<String>) -> Status {
+    pub fn new(code: Code, reason: impl Into<Cow<'static, str>>) -> Status {
         Status {
             code,
             reasons: vec![reason.into()],
@@ -78,17 +82,17 @@ impl Status {
     }
 
     /// Unschedulable with a reason.
-    pub fn unschedulable(reason: impl Into<String>) -> Status {
+    pub fn unschedulable(reason: impl Into<Cow<'static, str>>) -> Status {
         Status::new(Code::Unschedulable, reason)
     }
 
     /// UnschedulableAndUnresolvable with a reason.
-    pub fn unresolvable(reason: impl Into<String>) -> Status {
+    pub fn unresolvable(reason: impl Into<Cow<'static, str>>) -> Status {
         Status::new(Code::UnschedulableAndUnresolvable, reason)
     }
 
     /// An internal error.
-    pub fn error(reason: impl Into<String>) -> Status {
+    pub fn error(reason: impl Into<Cow<'static, str>>) -> Status {
         Status::new(Code::Error, reason)
     }
 
@@ -153,7 +157,9 @@ impl<T: Any + Clone + Send + Sync> StateData for T {
 /// Per-cycle storage shared by the plugins (PreFilter writes what Filter reads).
 #[derive(Default)]
 pub struct CycleState {
-    data: HashMap<&'static str, Box<dyn StateData>>,
+    /// A handful of entries, read per node by Filter and Score: a short list
+    /// compared by key beats hashing the key every time.
+    data: Vec<(&'static str, Box<dyn StateData>)>,
     /// Plugins whose PreFilter returned Skip: their Filter is not called.
     pub(crate) skip_filter: Vec<String>,
     /// Plugins whose PreScore returned Skip: their Score is not called.
@@ -178,23 +184,30 @@ impl Clone for CycleState {
 }
 
 impl CycleState {
+    fn position(&self, key: &str) -> Option<usize> {
+        self.data
+            .iter()
+            .position(|(k, _)| std::ptr::eq(*k, key) || *k == key)
+    }
+
     /// Store data under a key (by convention the plugin's name).
     pub fn write<T: StateData>(&mut self, key: &'static str, value: T) {
-        self.data.insert(key, Box::new(value));
+        match self.position(key) {
+            Some(i) => self.data[i].1 = Box::new(value),
+            None => self.data.push((key, Box::new(value))),
+        }
     }
 
     /// Read data written earlier in the cycle.
     pub fn read<T: 'static>(&self, key: &str) -> Option<&T> {
-        self.data
-            .get(key)
-            .and_then(|d| (**d).as_any().downcast_ref())
+        let i = self.position(key)?;
+        (*self.data[i].1).as_any().downcast_ref()
     }
 
     /// Read data mutably (PreFilter extensions update it during preemption).
     pub fn read_mut<T: 'static>(&mut self, key: &str) -> Option<&mut T> {
-        self.data
-            .get_mut(key)
-            .and_then(|d| (**d).as_any_mut().downcast_mut())
+        let i = self.position(key)?;
+        (*self.data[i].1).as_any_mut().downcast_mut()
     }
 }
 
@@ -365,7 +378,8 @@ pub struct PostFilterContext<'a> {
     pub framework: &'a Framework,
     /// The nodes as of this cycle.
     pub snapshot: &'a Snapshot,
-    /// Pods nominated to nodes by earlier preemptions: (node, pod).
+    /// Pods nominated to nodes by earlier preemptions: (node, pod), sorted
+    /// by node name.
     pub nominated: &'a [(String, Arc<PodInfo>)],
 }
 

@@ -6,6 +6,7 @@ pub mod interface;
 pub mod registry;
 pub mod runtime;
 pub mod snapshot;
+pub mod topology_counts;
 pub mod types;
 pub mod waiting;
 
@@ -13,5 +14,6 @@ pub use interface::*;
 pub use registry::{DuplicatePlugin, Handle, PdbInfo, PluginFactory, Registry};
 pub use runtime::Framework;
 pub use snapshot::Snapshot;
+pub use topology_counts::{DomainCounts, PodMatcher};
 pub use types::{NodeInfo, PodInfo, Resource};
 pub use waiting::WaitingPods;

@@ -131,7 +131,7 @@ pub fn histogram_message(n: usize, statuses: &NodeToStatus) -> String {
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for s in statuses.values() {
         for r in &s.reasons {
-            *counts.entry(r.as_str()).or_default() += 1;
+            *counts.entry(r.as_ref()).or_default() += 1;
         }
     }
     let mut reasons: Vec<String> = counts
@@ -462,7 +462,10 @@ impl Framework {
 
     /// Filter with the pods nominated to this node (by earlier preemptions,
     /// with at least this pod's priority) counted as if already there; the
-    /// node must pass both with and without them.
+    /// node must pass both with and without them. `nominated` is (node, pod)
+    /// sorted by node name, as [`SchedulingQueue::nominated`] gives it.
+    ///
+    /// [`SchedulingQueue::nominated`]: crate::queue::SchedulingQueue::nominated
     pub fn run_filter_with_nominated(
         &self,
         state: &CycleState,
@@ -470,9 +473,13 @@ impl Framework {
         node: &NodeInfo,
         nominated: &[(String, Arc<PodInfo>)],
     ) -> Status {
-        let extra: Vec<&Arc<PodInfo>> = nominated
+        // `nominated` is sorted by node name (the queue keeps it so): find
+        // this node's range instead of comparing every entry.
+        let lo = nominated.partition_point(|(n, _)| n.as_str() < node.name.as_str());
+        let extra: Vec<&Arc<PodInfo>> = nominated[lo..]
             .iter()
-            .filter(|(n, p)| n == &node.name && p.uid != pod.uid && p.priority >= pod.priority)
+            .take_while(|(n, _)| n == &node.name)
+            .filter(|(_, p)| p.uid != pod.uid && p.priority >= pod.priority)
             .map(|(_, p)| p)
             .collect();
         if !extra.is_empty() {
@@ -536,33 +543,74 @@ impl Framework {
             let want = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, n);
             let start = self.next_start.load(Ordering::Relaxed) % n;
             let mut processed = 0;
-            let no_filters = self.filter.is_empty();
+            // The filters this pod runs, resolved once rather than per node.
+            let active: Vec<(&str, &dyn FilterPlugin)> = self
+                .filter
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i >= 64 || state.filter_skip_mask & (1 << i) == 0)
+                .filter_map(|(_, e)| e.plugin.as_filter().map(|p| (e.name.as_str(), p)))
+                .collect();
+            let no_filters = active.is_empty();
+            // Rejected nodes are only remembered by index; their statuses are
+            // worked out again (filters are pure within a cycle) only when
+            // the per-node map is needed (no node fits, or an extender adds
+            // to it): most cycles find nodes and would throw them away.
+            let mut failed: Vec<u32> = Vec::new();
             for i in 0..n {
-                let node = &nodes[(start + i) % n];
+                let idx = (start + i) % n;
+                let node = &nodes[idx];
                 processed += 1;
                 if node.node.is_none() {
                     continue;
                 }
-                let s = if no_filters {
-                    Status::success()
+                let r = if no_filters {
+                    Ok(())
                 } else if nominated.is_empty() {
-                    self.run_filter(state, pod, node)
+                    run_filters(&active, state, pod, node)
                 } else {
-                    self.run_filter_with_nominated(state, pod, node, nominated)
+                    // A node must pass with and without its nominated pods:
+                    // the plain run (no copies) settles most rejections;
+                    // the exact status is worked out below when needed.
+                    run_filters(&active, state, pod, node).and_then(|()| {
+                        let s = self.run_filter_with_nominated(state, pod, node, nominated);
+                        if s.is_success() {
+                            Ok(())
+                        } else {
+                            Err((usize::MAX, s))
+                        }
+                    })
                 };
-                if s.is_success() {
-                    feasible.push(node);
-                    if feasible.len() >= want {
-                        break;
+                match r {
+                    Ok(()) => {
+                        feasible.push(node);
+                        if feasible.len() >= want {
+                            break;
+                        }
                     }
-                } else if s.code == Code::Error {
-                    return Err(s);
-                } else {
-                    statuses.insert(node.name.clone(), s);
+                    Err((_, s)) if s.code == Code::Error => return Err(s),
+                    Err(_) => failed.push(idx as u32),
                 }
             }
             self.next_start
                 .store((start + processed) % n, Ordering::Relaxed);
+            if feasible.is_empty() || !self.extenders.is_empty() {
+                for idx in failed {
+                    let node = &nodes[idx as usize];
+                    let s = if nominated.is_empty() {
+                        match run_filters(&active, state, pod, node) {
+                            Ok(()) => continue,
+                            Err((f, s)) => match active.get(f) {
+                                Some((name, _)) => s.with_plugin(name),
+                                None => s,
+                            },
+                        }
+                    } else {
+                        self.run_filter_with_nominated(state, pod, node, nominated)
+                    };
+                    statuses.insert(node.name.clone(), s);
+                }
+            }
         }
         if !feasible.is_empty() && !self.extenders.is_empty() {
             feasible = self.run_extender_filters(pod, feasible, snapshot, &mut statuses)?;
@@ -663,14 +711,16 @@ impl Framework {
                 _ => return Err(s.with_plugin(&e.name)),
             }
         }
-        let mut totals: Vec<NodeScore> = nodes
+        // One list of names for the plugins' NormalizeScore; the weighted
+        // sums are kept apart and written into it at the end.
+        let mut scores: Vec<NodeScore> = nodes
             .iter()
             .map(|n| NodeScore {
                 name: n.id.clone(),
                 score: 0,
             })
             .collect();
-        let mut scores: Vec<NodeScore> = totals.clone();
+        let mut totals: Vec<i64> = vec![0; nodes.len()];
         for e in &self.score {
             if state.skip_score.contains(&e.name) {
                 continue;
@@ -678,12 +728,12 @@ impl Framework {
             let Some(p) = e.plugin.as_score() else {
                 continue;
             };
-            for (i, n) in nodes.iter().enumerate() {
+            for (slot, n) in scores.iter_mut().zip(nodes) {
                 let (score, s) = p.score(state, pod, n);
                 if !s.is_success() {
                     return Err(s.with_plugin(&e.name));
                 }
-                scores[i].score = score;
+                slot.score = score;
             }
             let s = p.normalize(state, pod, &mut scores);
             if !s.is_success() {
@@ -697,7 +747,7 @@ impl Framework {
                     ))
                     .with_plugin(&e.name));
                 }
-                t.score += s.score * e.weight;
+                *t += s.score * e.weight;
             }
         }
         for ext in &self.extenders {
@@ -707,13 +757,16 @@ impl Framework {
             // Prioritize errors are ignored, as kube-scheduler does.
             if let Ok(list) = ext.prioritize(pod, nodes) {
                 for hp in list {
-                    if let Some(t) = totals.iter_mut().find(|t| *t.name == *hp.host) {
-                        t.score += hp.score * ext.weight() * (MAX_NODE_SCORE / 10);
+                    if let Some(i) = scores.iter().position(|t| *t.name == *hp.host) {
+                        totals[i] += hp.score * ext.weight() * (MAX_NODE_SCORE / 10);
                     }
                 }
             }
         }
-        Ok(totals)
+        for (s, t) in scores.iter_mut().zip(totals) {
+            s.score = t;
+        }
+        Ok(scores)
     }
 
     fn next_random(&self) -> u64 {
@@ -871,6 +924,23 @@ impl Framework {
         }
         Status::success()
     }
+}
+
+/// Run resolved filters on one node, stopping at the first rejection: its
+/// index in `active` and its status (the plugin name is added later).
+fn run_filters(
+    active: &[(&str, &dyn FilterPlugin)],
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+) -> Result<(), (usize, Status)> {
+    for (i, (_, p)) in active.iter().enumerate() {
+        let s = p.filter(state, pod, node);
+        if !s.is_success() {
+            return Err((i, s));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

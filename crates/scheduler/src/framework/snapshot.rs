@@ -6,11 +6,33 @@
 //! cycle the snapshot does not change and plugins read it without locks.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::types::{NodeInfo, PodInfo};
+use super::topology_counts::FastBuild;
+use super::topology_counts::{DomainCounts, ExistingTerms, PodMatcher, TermGroup, TopologyCounts};
+use super::types::{NO_TOPOLOGY_VALUE, NodeInfo, PodInfo, WELL_KNOWN_TOPOLOGY_KEYS};
+
+/// The incremental topology counts behind a lock, so a plugin holding
+/// `&Snapshot` can build an entry on first use.
+#[derive(Debug, Default)]
+struct Topology(Mutex<TopologyCounts>);
+
+impl Topology {
+    fn get_mut(&mut self) -> &mut TopologyCounts {
+        self.0.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Clone for Topology {
+    fn clone(&self) -> Self {
+        Topology(Mutex::new(
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        ))
+    }
+}
 
 /// Nodes with the pods on them.
 #[derive(Debug, Default, Clone)]
@@ -22,6 +44,59 @@ pub struct Snapshot {
     orphans: HashMap<String, Vec<Arc<PodInfo>>>,
     with_affinity: usize,
     with_required_anti_affinity: usize,
+    topology: Topology,
+    terms: ExistingTerms,
+    interner: Interner,
+}
+
+static NEXT_SNAPSHOT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Ids for the values of the well-known topology keys, per key.
+#[derive(Debug)]
+struct Interner {
+    id: u64,
+    values: [HashMap<Arc<str>, u32, FastBuild>; 3],
+}
+
+impl Default for Interner {
+    fn default() -> Self {
+        Interner {
+            id: NEXT_SNAPSHOT_ID.fetch_add(1, Ordering::Relaxed),
+            values: Default::default(),
+        }
+    }
+}
+
+impl Clone for Interner {
+    /// A copy gets its own id: its nodes (stamped with the original's) then
+    /// take the string path until restamped, never a wrong id.
+    fn clone(&self) -> Self {
+        Interner {
+            id: NEXT_SNAPSHOT_ID.fetch_add(1, Ordering::Relaxed),
+            values: self.values.clone(),
+        }
+    }
+}
+
+impl Interner {
+    fn stamp(&mut self, node: &mut NodeInfo) {
+        let mut ids = [NO_TOPOLOGY_VALUE; 3];
+        let labels = node.node.as_ref().and_then(|n| n.metadata.labels.as_ref());
+        for (k, key) in WELL_KNOWN_TOPOLOGY_KEYS.iter().enumerate() {
+            if let Some(v) = labels.and_then(|l| l.get(*key)) {
+                let map = &mut self.values[k];
+                let next = map.len() as u32;
+                ids[k] = match map.get(v.as_str()) {
+                    Some(&id) => id,
+                    None => {
+                        map.insert(Arc::from(v.as_str()), next);
+                        next
+                    }
+                };
+            }
+        }
+        node.topology_ids = Some((self.id, ids));
+    }
 }
 
 impl Snapshot {
@@ -55,6 +130,54 @@ impl Snapshot {
         self.with_required_anti_affinity
     }
 
+    /// Matching pods per domain of `key` over the nodes carrying every
+    /// label in `required` (and `key`), kept up to date incrementally (see
+    /// [`TopologyCounts`]). Every domain of such a node is present, with 0
+    /// when no pod there matches.
+    pub fn topology_counts(
+        &self,
+        namespace: &str,
+        matcher: &PodMatcher,
+        key: &str,
+        required: &[String],
+    ) -> DomainCounts {
+        self.topology
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&self.nodes, namespace, matcher, key, required)
+    }
+
+    /// This snapshot's id and the interned id of `value` for the well-known
+    /// topology key at `key_index` in [`WELL_KNOWN_TOPOLOGY_KEYS`] (`None`
+    /// when no node has that value), to compare with
+    /// [`NodeInfo::topology_ids`].
+    pub fn topology_value_id(&self, key_index: usize, value: &str) -> (u64, Option<u32>) {
+        (
+            self.interner.id,
+            self.interner
+                .values
+                .get(key_index)
+                .and_then(|m| m.get(value).copied()),
+        )
+    }
+
+    /// How many values the well-known topology key at `key_index` has had.
+    pub fn topology_value_count(&self, key_index: usize) -> usize {
+        self.interner.values.get(key_index).map_or(0, |m| m.len())
+    }
+
+    /// This snapshot's id (as stamped in [`NodeInfo::topology_ids`]).
+    pub fn id(&self) -> u64 {
+        self.interner.id
+    }
+
+    /// The (anti-)affinity terms of the pods on known nodes, grouped by
+    /// equal term and counted per domain (see [`ExistingTerms`]).
+    pub fn existing_terms(&self) -> &[TermGroup] {
+        self.terms.groups()
+    }
+
     fn count(&mut self, pod: &PodInfo, d: isize) {
         if pod.has_pod_affinity() {
             self.with_affinity = self.with_affinity.saturating_add_signed(d);
@@ -73,18 +196,27 @@ impl Snapshot {
             for img in old {
                 self.dec_image(&img);
             }
+            let topology = self.topology.get_mut();
+            topology.node_delta(&self.nodes[i], -1);
+            self.terms.node_delta(&self.nodes[i], -1);
             self.nodes[i].set_node(node);
+            self.interner.stamp(&mut self.nodes[i]);
+            topology.node_delta(&self.nodes[i], 1);
+            self.terms.node_delta(&self.nodes[i], 1);
             for img in self.nodes[i].images.keys() {
                 *self.image_nodes.entry(img.clone()).or_default() += 1;
             }
         } else {
             let mut info = NodeInfo::new(node);
+            self.interner.stamp(&mut info);
             for pod in self.orphans.remove(&name).unwrap_or_default() {
                 info.add_pod(pod);
             }
             for img in info.images.keys() {
                 *self.image_nodes.entry(img.clone()).or_default() += 1;
             }
+            self.topology.get_mut().node_delta(&info, 1);
+            self.terms.node_delta(&info, 1);
             self.index.insert(name, self.nodes.len());
             self.nodes.push(info);
         }
@@ -105,6 +237,8 @@ impl Snapshot {
             return;
         };
         let info = self.nodes.swap_remove(i);
+        self.topology.get_mut().node_delta(&info, -1);
+        self.terms.node_delta(&info, -1);
         if i < self.nodes.len() {
             let moved = self.nodes[i].name.clone();
             self.index.insert(moved, i);
@@ -121,7 +255,11 @@ impl Snapshot {
     pub fn add_pod(&mut self, node: &str, pod: Arc<PodInfo>) {
         self.count(&pod, 1);
         match self.index.get(node) {
-            Some(&i) => self.nodes[i].add_pod(pod),
+            Some(&i) => {
+                self.topology.get_mut().pod_delta(&self.nodes[i], &pod, 1);
+                self.terms.pod_delta(&self.nodes[i], &pod, 1);
+                self.nodes[i].add_pod(pod);
+            }
             None => self.orphans.entry(node.to_string()).or_default().push(pod),
         }
     }
@@ -132,6 +270,8 @@ impl Snapshot {
             Some(&i) => {
                 if let Some(p) = self.nodes[i].remove_pod(uid) {
                     self.count(&p, -1);
+                    self.topology.get_mut().pod_delta(&self.nodes[i], &p, -1);
+                    self.terms.pod_delta(&self.nodes[i], &p, -1);
                 }
             }
             None => {

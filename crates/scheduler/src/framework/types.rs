@@ -157,7 +157,7 @@ impl HostPort {
 }
 
 /// A parsed pod (anti-)affinity term.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AffinityTerm {
     /// Namespaces the term applies to (the pod's own when neither this nor a
     /// namespace selector is given).
@@ -742,7 +742,24 @@ pub struct NodeInfo {
     pub unschedulable: bool,
     /// Bumped on every change (snapshots copy only what changed).
     pub generation: u64,
+    /// The node's values of the well-known topology keys
+    /// ([`WELL_KNOWN_TOPOLOGY_KEYS`]) as ids interned by the snapshot that
+    /// holds the node, with that snapshot's id; `None` outside a snapshot.
+    /// Lets a per-node Filter find the node's domain without string lookups.
+    pub topology_ids: Option<(u64, [u32; 3])>,
 }
+
+/// Topology keys whose values the snapshot interns per node:
+/// `kubernetes.io/hostname`, `topology.kubernetes.io/zone`,
+/// `topology.kubernetes.io/region`.
+pub const WELL_KNOWN_TOPOLOGY_KEYS: [&str; 3] = [
+    "kubernetes.io/hostname",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+];
+
+/// In [`NodeInfo::topology_ids`]: the node lacks the key.
+pub const NO_TOPOLOGY_VALUE: u32 = u32::MAX;
 
 static EMPTY_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
@@ -777,6 +794,7 @@ impl NodeInfo {
         self.taints = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
         self.unschedulable = spec.and_then(|s| s.unschedulable).unwrap_or(false);
         self.node = Some(node);
+        self.topology_ids = None;
         self.generation += 1;
     }
 

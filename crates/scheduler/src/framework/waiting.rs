@@ -70,7 +70,7 @@ impl WaitingPods {
         if let Some(w) = m.get_mut(uid)
             && let Some(tx) = w.done.take()
         {
-            let _ = tx.send(Status::unschedulable(message).with_plugin(plugin));
+            let _ = tx.send(Status::unschedulable(message.to_string()).with_plugin(plugin));
         }
     }
 

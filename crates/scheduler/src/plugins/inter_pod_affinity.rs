@@ -9,21 +9,31 @@ use serde::Deserialize;
 
 use super::helper::{decode_args, min_max_normalize, plugin};
 use crate::framework::{
-    ClusterEvent, Code, CycleState, FilterPlugin, NodeInfo, NodeScore, PodInfo,
+    ClusterEvent, Code, CycleState, FilterPlugin, NodeInfo, NodeScore, PodInfo, PodMatcher,
     PreFilterExtensions, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Snapshot,
-    Status, types::AffinityTerm,
+    Status,
+    topology_counts::{FastBuild, TermKind},
+    types::AffinityTerm,
 };
 
 const STATE_FILTER: &str = "PreFilterInterPodAffinity";
 const STATE_SCORE: &str = "PreScoreInterPodAffinity";
 
-type Counts = HashMap<String, HashMap<String, i64>>;
+type Counts = HashMap<String, HashMap<String, i64, FastBuild>, FastBuild>;
 
 fn bump(m: &mut Counts, key: &str, value: &str, d: i64) {
-    *m.entry(key.to_string())
-        .or_default()
-        .entry(value.to_string())
-        .or_default() += d;
+    // Look up before inserting: most bumps hit an existing (key, value), and
+    // `entry` would allocate both strings every time.
+    let inner = match m.get_mut(key) {
+        Some(inner) => inner,
+        None => m.entry(key.to_string()).or_default(),
+    };
+    match inner.get_mut(value) {
+        Some(c) => *c += d,
+        None => {
+            inner.insert(value.to_string(), d);
+        }
+    }
 }
 
 fn get(m: &Counts, key: &str, value: &str) -> i64 {
@@ -122,13 +132,34 @@ impl PreFilterPlugin for InterPodAffinity {
             return (None, Status::skip());
         }
         let mut st = FilterState::default();
-        for node in snapshot.nodes() {
-            if !wants && node.pods_with_required_anti_affinity == 0 {
-                continue;
+        // Existing pods' anti-affinity toward this pod, one check per
+        // distinct term (the snapshot groups equal terms and counts them).
+        if snapshot.pods_with_required_anti_affinity() > 0 {
+            for g in snapshot.existing_terms() {
+                if g.kind == TermKind::RequiredAntiAffinity && g.term.matches(pod) {
+                    for (v, c) in &g.domains {
+                        bump(&mut st.existing_anti, &g.term.topology_key, v, *c);
+                    }
+                }
             }
-            for other in &node.pods {
-                if wants || !other.required_anti_affinity.is_empty() {
-                    st.update(pod, other, node, 1);
+        }
+        // This pod's own terms: matching pods per domain, from the
+        // snapshot's incremental counts (no scan of every pod).
+        for (terms, out) in [
+            (&pod.required_affinity, &mut st.affinity),
+            (&pod.required_anti_affinity, &mut st.anti),
+        ] {
+            for t in terms {
+                let counts = snapshot.topology_counts(
+                    "",
+                    &PodMatcher::Term(t.clone()),
+                    &t.topology_key,
+                    &[],
+                );
+                for (v, c) in counts {
+                    if c != 0 {
+                        bump(out, &t.topology_key, &v, c);
+                    }
                 }
             }
         }
@@ -227,36 +258,6 @@ struct ScoreState {
     topology_score: Counts,
 }
 
-impl InterPodAffinity {
-    fn score_pair(&self, st: &mut ScoreState, pod: &PodInfo, other: &PodInfo, node: &NodeInfo) {
-        let labels = node.labels();
-        let mut add = |t: &AffinityTerm, w: i64, target: &PodInfo| {
-            if t.matches(target)
-                && let Some(v) = labels.get(&t.topology_key)
-            {
-                bump(&mut st.topology_score, &t.topology_key, v, w);
-            }
-        };
-        for w in &pod.preferred_affinity {
-            add(&w.term, w.weight, other);
-        }
-        for w in &pod.preferred_anti_affinity {
-            add(&w.term, -w.weight, other);
-        }
-        if self.hard_weight > 0 {
-            for t in &other.required_affinity {
-                add(t, self.hard_weight, pod);
-            }
-        }
-        for w in &other.preferred_affinity {
-            add(&w.term, w.weight, pod);
-        }
-        for w in &other.preferred_anti_affinity {
-            add(&w.term, -w.weight, pod);
-        }
-    }
-}
-
 impl PreScorePlugin for InterPodAffinity {
     fn pre_score(
         &self,
@@ -271,13 +272,36 @@ impl PreScorePlugin for InterPodAffinity {
             return Status::skip();
         }
         let mut st = ScoreState::default();
-        for node in snapshot.nodes() {
-            if !has_preferred && node.pods_with_affinity == 0 {
-                continue;
+        // Existing pods' terms toward this pod, per distinct term.
+        for g in snapshot.existing_terms() {
+            let w = match g.kind {
+                TermKind::RequiredAffinity => self.hard_weight,
+                TermKind::RequiredAntiAffinity => 0,
+                TermKind::PreferredAffinity => g.weight,
+                TermKind::PreferredAntiAffinity => -g.weight,
+            };
+            if w != 0 && g.term.matches(pod) {
+                for (v, c) in &g.domains {
+                    bump(&mut st.topology_score, &g.term.topology_key, v, c * w);
+                }
             }
-            for other in &node.pods {
-                if has_preferred || other.has_pod_affinity() {
-                    self.score_pair(&mut st, pod, other, node);
+        }
+        // This pod's preferred terms toward existing pods.
+        let own = pod
+            .preferred_affinity
+            .iter()
+            .map(|w| (w, w.weight))
+            .chain(pod.preferred_anti_affinity.iter().map(|w| (w, -w.weight)));
+        for (w, weight) in own {
+            let counts = snapshot.topology_counts(
+                "",
+                &PodMatcher::Term(w.term.clone()),
+                &w.term.topology_key,
+                &[],
+            );
+            for (v, c) in counts {
+                if c != 0 {
+                    bump(&mut st.topology_score, &w.term.topology_key, &v, c * weight);
                 }
             }
         }
@@ -305,5 +329,134 @@ impl ScorePlugin for InterPodAffinity {
     fn normalize(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore]) -> Status {
         min_max_normalize(scores);
         Status::success()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+    use std::sync::Arc;
+
+    fn node(name: &str, zone: &str) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {
+                    "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone}},
+                "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn pod(uid: &str, labels: serde_json::Value, affinity: serde_json::Value) -> Arc<PodInfo> {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": uid, "namespace": "default", "uid": uid, "labels": labels},
+            "spec": {"containers": [{"name": "c"}], "affinity": affinity}
+        }))
+        .unwrap();
+        Arc::new(PodInfo::new(Arc::new(p)))
+    }
+
+    /// Which nodes pass PreFilter + Filter for `incoming`.
+    fn feasible(s: &Snapshot, incoming: &PodInfo) -> Vec<String> {
+        let pl = InterPodAffinity::new(None).unwrap();
+        let mut state = CycleState::default();
+        let (_, st) = pl.pre_filter(&mut state, incoming, s);
+        assert!(st.is_success() || st.code == Code::Skip);
+        let mut out: Vec<String> = s
+            .nodes()
+            .iter()
+            .filter(|n| st.code == Code::Skip || pl.filter(&state, incoming, n).is_success())
+            .map(|n| n.name.clone())
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn own_terms_follow_pod_moves_and_relabels() {
+        let mut s = Snapshot::new();
+        s.apply_node(node("n1", "a"));
+        s.apply_node(node("n2", "b"));
+        s.apply_node(node("n3", "b"));
+        s.add_pod("n2", pod("cache", json!({"app": "cache"}), json!(null)));
+        let near = pod(
+            "web",
+            json!({"app": "web"}),
+            json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "cache"}}}]}}),
+        );
+        let apart = pod(
+            "solo",
+            json!({"app": "solo"}),
+            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "cache"}}}]}}),
+        );
+        assert_eq!(feasible(&s, &near), ["n2", "n3"]);
+        assert_eq!(feasible(&s, &apart), ["n1", "n3"]);
+        // the cache pod moves to n1: the kept counts follow
+        s.remove_pod("n2", "cache");
+        s.add_pod("n1", pod("cache", json!({"app": "cache"}), json!(null)));
+        assert_eq!(feasible(&s, &near), ["n1"]);
+        assert_eq!(feasible(&s, &apart), ["n2", "n3"]);
+        // n3 relabelled into zone a joins the cache pod's domain
+        s.apply_node(node("n3", "a"));
+        assert_eq!(feasible(&s, &near), ["n1", "n3"]);
+        // no cache pod left: the first pod of a self-matching group may go
+        // anywhere, others nowhere
+        s.remove_pod("n1", "cache");
+        assert!(feasible(&s, &near).is_empty());
+        assert_eq!(feasible(&s, &apart), ["n1", "n2", "n3"]);
+    }
+
+    #[test]
+    fn existing_pods_terms_follow_pod_moves_and_relabels() {
+        let mut s = Snapshot::new();
+        s.apply_node(node("n1", "a"));
+        s.apply_node(node("n2", "b"));
+        s.apply_node(node("n3", "b"));
+        let guard = || {
+            pod(
+                "guard",
+                json!({"app": "guard"}),
+                json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "web"}}}]},
+                    "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}]}}),
+            )
+        };
+        let web = pod("web", json!({"app": "web"}), json!(null));
+        let other = pod("db", json!({"app": "db"}), json!(null));
+        s.add_pod("n2", guard());
+        // symmetry: the guard's anti-affinity keeps web pods out of zone b
+        assert_eq!(feasible(&s, &web), ["n1"]);
+        assert_eq!(feasible(&s, &other), ["n1", "n2", "n3"]);
+        s.remove_pod("n2", "guard");
+        s.add_pod("n1", guard());
+        assert_eq!(feasible(&s, &web), ["n2", "n3"]);
+        s.apply_node(node("n3", "a"));
+        assert_eq!(feasible(&s, &web), ["n2"]);
+        // the guard's required affinity toward web pods scores its own node
+        // (hardPodAffinityWeight 1) above the others
+        let pl = InterPodAffinity::new(None).unwrap();
+        let mut state = CycleState::default();
+        let nodes: Vec<&NodeInfo> = s.nodes().iter().collect();
+        assert!(pl.pre_score(&mut state, &web, &nodes, &s).is_success());
+        let score = |n: &str| pl.score(&state, &web, s.get(n).unwrap()).0;
+        assert_eq!((score("n1"), score("n2"), score("n3")), (1, 0, 0));
+        s.remove_pod("n1", "guard");
+        assert!(s.existing_terms().is_empty());
+        let mut state = CycleState::default();
+        assert_eq!(
+            pl.pre_score(&mut state, &web, &nodes_of(&s), &s).code,
+            Code::Skip
+        );
+    }
+
+    fn nodes_of(s: &Snapshot) -> Vec<&NodeInfo> {
+        s.nodes().iter().collect()
     }
 }

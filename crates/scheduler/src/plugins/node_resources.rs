@@ -3,6 +3,8 @@
 //! LeastAllocated, MostAllocated or RequestedToCapacityRatio, weight 1) and
 //! NodeResourcesBalancedAllocation (weight 1).
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 
 use super::helper::{decode_args, plugin};
@@ -91,7 +93,7 @@ pub struct NodeResourcesFit {
     ignored: Vec<String>,
     ignored_groups: Vec<String>,
     strategy: Strategy,
-    resources: Vec<ResourceSpec>,
+    kinds: Vec<(Kind, i64)>,
     shape: Vec<(i64, i64)>,
 }
 plugin!(
@@ -187,7 +189,7 @@ impl NodeResourcesFit {
             ignored,
             ignored_groups: a.ignored_resource_groups,
             strategy,
-            resources,
+            kinds: kinds(&resources),
             shape,
         })
     }
@@ -222,12 +224,16 @@ impl NodeResourcesFit {
 
 /// Why a pod does not fit a node's resources (every reason, as
 /// kube-scheduler's `fitsRequest`).
-pub fn insufficient(pod: &PodInfo, node: &NodeInfo, ignored: &dyn Fn(&str) -> bool) -> Vec<String> {
+pub fn insufficient(
+    pod: &PodInfo,
+    node: &NodeInfo,
+    ignored: &dyn Fn(&str) -> bool,
+) -> Vec<Cow<'static, str>> {
     let mut out = Vec::new();
     let alloc = &node.allocatable;
     let used = &node.requested;
     if node.pods.len() as i64 + 1 > alloc.allowed_pod_number {
-        out.push("Too many pods".to_string());
+        out.push("Too many pods".into());
     }
     let req = &pod.requests;
     if req.milli_cpu == 0
@@ -253,7 +259,7 @@ pub fn insufficient(pod: &PodInfo, node: &NodeInfo, ignored: &dyn Fn(&str) -> bo
             continue;
         }
         if alloc.scalar(name) < v + used.scalar(name) {
-            out.push(format!("Insufficient {name}"));
+            out.push(format!("Insufficient {name}").into());
         }
     }
     out
@@ -274,21 +280,43 @@ impl FilterPlugin for NodeResourcesFit {
     }
 }
 
+/// A scored resource, its name resolved once (scoring runs per node).
+#[derive(Debug, Clone)]
+enum Kind {
+    Cpu,
+    Memory,
+    Other(String),
+}
+
+fn kinds(resources: &[ResourceSpec]) -> Vec<(Kind, i64)> {
+    resources
+        .iter()
+        .map(|r| {
+            let k = match r.name.as_str() {
+                "cpu" => Kind::Cpu,
+                "memory" => Kind::Memory,
+                other => Kind::Other(other.to_string()),
+            };
+            (k, r.weight)
+        })
+        .collect()
+}
+
 /// (requested including this pod, allocatable) for one resource, counting
 /// CPU/memory with the non-zero defaults as kube-scheduler's scorers do.
 fn requested_and_allocatable(
     pod: &PodInfo,
     node: &NodeInfo,
-    name: &str,
+    kind: &Kind,
     non_zero: bool,
 ) -> (i64, i64) {
     let (a, r) = (&node.allocatable, &node.requested);
-    match name {
-        "cpu" if non_zero => (node.non_zero_cpu + pod.non_zero_cpu, a.milli_cpu),
-        "memory" if non_zero => (node.non_zero_memory + pod.non_zero_memory, a.memory),
-        "cpu" => (r.milli_cpu + pod.requests.milli_cpu, a.milli_cpu),
-        "memory" => (r.memory + pod.requests.memory, a.memory),
-        other => (r.get(other) + pod.requests.get(other), a.get(other)),
+    match kind {
+        Kind::Cpu if non_zero => (node.non_zero_cpu + pod.non_zero_cpu, a.milli_cpu),
+        Kind::Memory if non_zero => (node.non_zero_memory + pod.non_zero_memory, a.memory),
+        Kind::Cpu => (r.milli_cpu + pod.requests.milli_cpu, a.milli_cpu),
+        Kind::Memory => (r.memory + pod.requests.memory, a.memory),
+        Kind::Other(other) => (r.get(other) + pod.requests.get(other), a.get(other)),
     }
 }
 
@@ -296,11 +324,13 @@ impl ScorePlugin for NodeResourcesFit {
     fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (i64, Status) {
         let mut total = 0i64;
         let mut weights = 0i64;
-        for r in &self.resources {
-            if r.name != "cpu" && r.name != "memory" && pod.requests.get(&r.name) == 0 {
+        for (kind, weight) in &self.kinds {
+            if let Kind::Other(name) = kind
+                && pod.requests.get(name) == 0
+            {
                 continue; // scalar resources count only when requested
             }
-            let (req, alloc) = requested_and_allocatable(pod, node, &r.name, true);
+            let (req, alloc) = requested_and_allocatable(pod, node, kind, true);
             if alloc == 0 {
                 continue;
             }
@@ -315,8 +345,8 @@ impl ScorePlugin for NodeResourcesFit {
                 Strategy::Most => req.min(alloc) * MAX_NODE_SCORE / alloc,
                 Strategy::Ratio => self.ratio(req, alloc),
             };
-            total += s * r.weight;
-            weights += r.weight;
+            total += s * weight;
+            weights += weight;
         }
         (
             if weights == 0 { 0 } else { total / weights },
@@ -340,7 +370,7 @@ pub struct BalancedArgs {
 
 /// Prefers nodes whose resource fractions stay close to each other.
 pub struct BalancedAllocation {
-    resources: Vec<ResourceSpec>,
+    kinds: Vec<(Kind, i64)>,
 }
 plugin!(
     BalancedAllocation,
@@ -354,11 +384,11 @@ impl BalancedAllocation {
     pub fn new(args: Option<&serde_json::Value>) -> Result<Self, String> {
         let a: BalancedArgs = decode_args(args)?;
         Ok(BalancedAllocation {
-            resources: if a.resources.is_empty() {
+            kinds: kinds(&if a.resources.is_empty() {
                 default_resources()
             } else {
                 a.resources
-            },
+            }),
         })
     }
 }
@@ -385,11 +415,11 @@ impl ScorePlugin for BalancedAllocation {
     fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (i64, Status) {
         let mut fractions = [0f64; 8];
         let mut n = 0;
-        for r in &self.resources {
+        for (kind, _) in &self.kinds {
             if n == fractions.len() {
                 break;
             }
-            let (req, alloc) = requested_and_allocatable(pod, node, &r.name, false);
+            let (req, alloc) = requested_and_allocatable(pod, node, kind, false);
             if alloc == 0 {
                 continue;
             }

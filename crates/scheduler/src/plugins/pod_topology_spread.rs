@@ -9,7 +9,7 @@
 //! owning ReplicaSet/StatefulSet matches in practice; Services are not
 //! consulted.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use kubeforge_apimachinery::labels::Selector;
@@ -18,9 +18,11 @@ use serde_json::json;
 use super::helper::plugin;
 use super::node_affinity::matches_required;
 use crate::framework::{
-    ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, NodeInfo, NodeScore, PodInfo,
-    PreFilterExtensions, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Snapshot,
-    Status, types::tolerates,
+    ClusterEvent, CycleState, DomainCounts, FilterPlugin, MAX_NODE_SCORE, NodeInfo, NodeScore,
+    PodInfo, PodMatcher, PreFilterExtensions, PreFilterPlugin, PreFilterResult, PreScorePlugin,
+    ScorePlugin, Snapshot, Status,
+    topology_counts::controller_uid,
+    types::{NO_TOPOLOGY_VALUE, WELL_KNOWN_TOPOLOGY_KEYS, tolerates},
 };
 
 const HOSTNAME: &str = "kubernetes.io/hostname";
@@ -29,16 +31,10 @@ const STATE_FILTER: &str = "PreFilterPodTopologySpread";
 const STATE_SCORE: &str = "PreScorePodTopologySpread";
 
 #[derive(Clone)]
-enum Matcher {
-    Labels(Selector),
-    SameController(String),
-}
-
-#[derive(Clone)]
 struct Constraint {
     max_skew: i64,
     key: String,
-    matcher: Matcher,
+    matcher: PodMatcher,
     min_domains: i64,
     honor_affinity: bool,
     honor_taints: bool,
@@ -46,24 +42,8 @@ struct Constraint {
 
 impl Constraint {
     fn matches(&self, ns: &str, pod: &PodInfo) -> bool {
-        if pod.namespace != ns || pod.pod.metadata.deletion_timestamp.is_some() {
-            return false;
-        }
-        match &self.matcher {
-            Matcher::Labels(s) => s.matches(&pod.labels),
-            Matcher::SameController(uid) => controller_uid(pod).is_some_and(|u| u == uid),
-        }
+        self.matcher.counts(ns, pod)
     }
-}
-
-fn controller_uid(pod: &PodInfo) -> Option<&str> {
-    pod.pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .map(|o| o.uid.as_str())
 }
 
 fn parse(c: &TopologySpreadConstraint, pod: &PodInfo) -> Result<Constraint, String> {
@@ -100,7 +80,7 @@ fn parse(c: &TopologySpreadConstraint, pod: &PodInfo) -> Result<Constraint, Stri
     Ok(Constraint {
         max_skew: i64::from(c.max_skew),
         key: c.topology_key.clone(),
-        matcher: Matcher::Labels(selector),
+        matcher: PodMatcher::Labels(selector),
         min_domains: i64::from(c.min_domains.unwrap_or(1)),
         honor_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
         honor_taints: c.node_taints_policy.as_deref() == Some("Honor"),
@@ -154,13 +134,75 @@ fn node_eligible(cs: &[Constraint], pod: &PodInfo, node: &NodeInfo) -> bool {
     true
 }
 
+/// Whether the inclusion policies leave every node carrying the keys in:
+/// then the counts can come from the snapshot's incremental index.
+fn no_inclusion_filter(cs: &[Constraint], pod: &PodInfo) -> bool {
+    let has_node_affinity = !pod.node_selector.is_empty() || pod.required_node_terms.is_some();
+    !cs.iter()
+        .any(|c| c.honor_taints || (c.honor_affinity && has_node_affinity))
+}
+
+/// Per constraint, matching pods per domain over the nodes that count: those
+/// carrying every key in `required` and passing the inclusion policies.
+/// Skips constraints for which `skip` says so (left empty).
+fn domain_counts(
+    cs: &[Constraint],
+    required: &[String],
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    skip: impl Fn(&Constraint) -> bool,
+) -> Vec<DomainCounts> {
+    if no_inclusion_filter(cs, pod) {
+        return cs
+            .iter()
+            .map(|c| {
+                if skip(c) {
+                    DomainCounts::default()
+                } else {
+                    snapshot.topology_counts(&pod.namespace, &c.matcher, &c.key, required)
+                }
+            })
+            .collect();
+    }
+    // The slow way, over every pod (the node set depends on this pod).
+    let mut counts = vec![DomainCounts::default(); cs.len()];
+    for node in snapshot.nodes() {
+        let labels = node.labels();
+        if !required.iter().all(|k| labels.contains_key(k)) || !node_eligible(cs, pod, node) {
+            continue;
+        }
+        for (i, c) in cs.iter().enumerate() {
+            if skip(c) {
+                continue;
+            }
+            let Some(v) = labels.get(&c.key) else {
+                continue;
+            };
+            let n = node
+                .pods
+                .iter()
+                .filter(|p| c.matches(&pod.namespace, p))
+                .count() as i64;
+            *counts[i].entry(Arc::from(v.as_str())).or_default() += n;
+        }
+    }
+    counts
+}
+
 #[derive(Clone)]
 struct FilterState {
     constraints: Vec<Constraint>,
     /// Per constraint: domain value → matching pods.
-    counts: Vec<HashMap<String, i64>>,
+    counts: Vec<DomainCounts>,
     /// Per constraint: the global minimum (0 below minDomains domains).
     min: Vec<i64>,
+    /// Per constraint: 1 when the incoming pod matches its own selector.
+    self_match: Vec<i64>,
+    /// Per constraint with a well-known key: (key index, counts by the
+    /// snapshot's value id), so Filter reads a node's count without string
+    /// lookups (nodes stamped by `snapshot_id`).
+    fast: Vec<Option<(usize, Vec<i64>)>>,
+    snapshot_id: u64,
 }
 
 impl FilterState {
@@ -184,8 +226,14 @@ impl FilterState {
                 continue;
             }
             if let Some(v) = node.labels().get(&c.key) {
-                *self.counts[i].entry(v.clone()).or_default() += delta;
+                *self.counts[i].entry(Arc::from(v.as_str())).or_default() += delta;
                 self.recompute_min(i);
+                if let (Some((k, by_id)), Some((sid, ids))) = (&mut self.fast[i], node.topology_ids)
+                    && sid == self.snapshot_id
+                    && let Some(c) = by_id.get_mut(ids[*k] as usize)
+                {
+                    *c += delta;
+                }
             }
         }
     }
@@ -219,27 +267,35 @@ impl PreFilterPlugin for PodTopologySpread {
         if cs.is_empty() {
             return (None, Status::skip());
         }
+        let required: Vec<String> = cs.iter().map(|c| c.key.clone()).collect();
+        let counts = domain_counts(&cs, &required, pod, snapshot, |_| false);
+        let fast = cs
+            .iter()
+            .zip(&counts)
+            .map(|(c, m)| {
+                let k = WELL_KNOWN_TOPOLOGY_KEYS.iter().position(|w| *w == c.key)?;
+                let mut by_id = vec![0; snapshot.topology_value_count(k)];
+                for (v, n) in m {
+                    if let (_, Some(id)) = snapshot.topology_value_id(k, v)
+                        && let Some(slot) = by_id.get_mut(id as usize)
+                    {
+                        *slot = *n;
+                    }
+                }
+                Some((k, by_id))
+            })
+            .collect();
         let mut st = FilterState {
-            counts: vec![HashMap::new(); cs.len()],
+            fast,
+            snapshot_id: snapshot.id(),
             min: vec![0; cs.len()],
+            self_match: cs
+                .iter()
+                .map(|c| i64::from(c.matches(&pod.namespace, pod)))
+                .collect(),
+            counts,
             constraints: cs,
         };
-        for node in snapshot.nodes() {
-            if !node_eligible(&st.constraints, pod, node) {
-                continue;
-            }
-            for (i, c) in st.constraints.iter().enumerate() {
-                let Some(v) = node.labels().get(&c.key) else {
-                    continue;
-                };
-                let n = node
-                    .pods
-                    .iter()
-                    .filter(|p| c.matches(&pod.namespace, p))
-                    .count() as i64;
-                *st.counts[i].entry(v.clone()).or_default() += n;
-            }
-        }
         for i in 0..st.constraints.len() {
             st.recompute_min(i);
         }
@@ -280,19 +336,35 @@ impl PreFilterExtensions for PodTopologySpread {
 }
 
 impl FilterPlugin for PodTopologySpread {
-    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
         let Some(st) = state.read::<FilterState>(STATE_FILTER) else {
             return Status::success();
         };
         for (i, c) in st.constraints.iter().enumerate() {
+            if let (Some((k, by_id)), Some((sid, ids))) = (&st.fast[i], node.topology_ids)
+                && sid == st.snapshot_id
+            {
+                let id = ids[*k];
+                if id == NO_TOPOLOGY_VALUE {
+                    return Status::unresolvable(
+                        "node(s) didn't match pod topology spread constraints (missing required label)",
+                    );
+                }
+                let count = by_id.get(id as usize).copied().unwrap_or(0);
+                if count + st.self_match[i] - st.min[i] > c.max_skew {
+                    return Status::unschedulable(
+                        "node(s) didn't match pod topology spread constraints",
+                    );
+                }
+                continue;
+            }
             let Some(v) = node.labels().get(&c.key) else {
                 return Status::unresolvable(
                     "node(s) didn't match pod topology spread constraints (missing required label)",
                 );
             };
-            let self_match = i64::from(c.matches(&pod.namespace, pod));
-            let count = st.counts[i].get(v).copied().unwrap_or(0);
-            if count + self_match - st.min[i] > c.max_skew {
+            let count = st.counts[i].get(v.as_str()).copied().unwrap_or(0);
+            if count + st.self_match[i] - st.min[i] > c.max_skew {
                 return Status::unschedulable(
                     "node(s) didn't match pod topology spread constraints",
                 );
@@ -305,7 +377,7 @@ impl FilterPlugin for PodTopologySpread {
 #[derive(Clone)]
 struct ScoreState {
     constraints: Vec<Constraint>,
-    counts: Vec<HashMap<String, i64>>,
+    counts: Vec<DomainCounts>,
     weights: Vec<f64>,
 }
 
@@ -331,7 +403,7 @@ impl PreScorePlugin for PodTopologySpread {
                     .map(|(k, s)| Constraint {
                         max_skew: s,
                         key: k.into(),
-                        matcher: Matcher::SameController(uid.to_string()),
+                        matcher: PodMatcher::Controller(uid.to_string()),
                         min_domains: 1,
                         honor_affinity: true,
                         honor_taints: false,
@@ -352,27 +424,32 @@ impl PreScorePlugin for PodTopologySpread {
             values.dedup();
             weights.push(((values.len() + 2) as f64).ln());
         }
-        let mut counts = vec![HashMap::new(); cs.len()];
-        for node in snapshot.nodes() {
-            for (i, c) in cs.iter().enumerate() {
-                if c.key == HOSTNAME {
-                    continue; // counted per node at Score
-                }
-                let labels = node.labels();
-                let Some(v) = labels.get(&c.key) else {
-                    continue;
-                };
-                if c.honor_affinity && !matches_required(pod, node) {
-                    continue;
-                }
-                let n = node
-                    .pods
-                    .iter()
-                    .filter(|p| c.matches(&pod.namespace, p))
-                    .count() as i64;
-                *counts[i].entry(v.clone()).or_default() += n;
-            }
-        }
+        // Explicit constraints count only nodes carrying every key; the
+        // system defaults count each key on its own (kube-scheduler's
+        // requireAllTopologies). Hostname domains are counted at Score.
+        let explicit = has_any_constraints(pod);
+        let all_keys: Vec<String> = cs.iter().map(|c| c.key.clone()).collect();
+        let counts = if explicit {
+            domain_counts(&cs, &all_keys, pod, snapshot, |c| c.key == HOSTNAME)
+        } else {
+            cs.iter()
+                .map(|c| {
+                    if c.key == HOSTNAME {
+                        DomainCounts::default()
+                    } else {
+                        domain_counts(
+                            std::slice::from_ref(c),
+                            std::slice::from_ref(&c.key),
+                            pod,
+                            snapshot,
+                            |_| false,
+                        )
+                        .pop()
+                        .unwrap_or_default()
+                    }
+                })
+                .collect()
+        };
         state.write(
             STATE_SCORE,
             ScoreState {
@@ -410,7 +487,7 @@ impl ScorePlugin for PodTopologySpread {
                     .filter(|p| c.matches(&pod.namespace, p))
                     .count() as i64
             } else {
-                st.counts[i].get(v).copied().unwrap_or(0)
+                st.counts[i].get(v.as_str()).copied().unwrap_or(0)
             };
             score += cnt as f64 * st.weights[i] + (c.max_skew - 1) as f64;
         }
@@ -431,5 +508,99 @@ impl ScorePlugin for PodTopologySpread {
             }
         }
         Status::success()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+
+    fn node(name: &str, zone: Option<&str>) -> Arc<Node> {
+        let mut labels = json!({"kubernetes.io/hostname": name});
+        if let Some(z) = zone {
+            labels[ZONE] = json!(z);
+        }
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": labels},
+                "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn pod(uid: &str) -> Arc<PodInfo> {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": uid, "namespace": "default", "uid": uid, "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c"}], "topologySpreadConstraints": [{
+                "maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "web"}}}]}
+        }))
+        .unwrap();
+        Arc::new(PodInfo::new(Arc::new(p)))
+    }
+
+    /// Filter verdicts per node, from the snapshot's nodes (interned zone
+    /// ids) and from copies built outside it (string lookups): the same.
+    fn verdicts(s: &Snapshot, incoming: &PodInfo) -> Vec<(String, bool)> {
+        let pl = PodTopologySpread;
+        let mut state = CycleState::default();
+        assert!(pl.pre_filter(&mut state, incoming, s).1.is_success());
+        s.nodes()
+            .iter()
+            .map(|n| {
+                let fast = pl.filter(&state, incoming, n).is_success();
+                let mut copy = NodeInfo::new(n.node.clone().unwrap());
+                for p in &n.pods {
+                    copy.add_pod(p.clone());
+                }
+                assert!(copy.topology_ids.is_none());
+                assert_eq!(fast, pl.filter(&state, incoming, &copy).is_success());
+                (n.name.clone(), fast)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn hard_constraint_follows_pods_and_relabels() {
+        let mut s = Snapshot::new();
+        s.apply_node(node("n1", Some("a")));
+        s.apply_node(node("n2", Some("b")));
+        s.apply_node(node("n3", None));
+        s.add_pod("n1", pod("p1"));
+        let v = verdicts(&s, &pod("new"));
+        // zone a has 1, zone b 0: only b is within maxSkew 1; n3 lacks the key
+        assert_eq!(
+            v,
+            [
+                ("n1".into(), false),
+                ("n2".into(), true),
+                ("n3".into(), false)
+            ]
+        );
+        s.add_pod("n2", pod("p2"));
+        assert!(verdicts(&s, &pod("new")).iter().take(2).all(|(_, ok)| *ok));
+        // n3 gets zone c (0 pods): now only c is at the minimum
+        s.apply_node(node("n3", Some("c")));
+        assert_eq!(
+            verdicts(&s, &pod("new")),
+            [
+                ("n1".into(), false),
+                ("n2".into(), false),
+                ("n3".into(), true)
+            ]
+        );
+        s.remove_pod("n1", "p1");
+        assert_eq!(
+            verdicts(&s, &pod("new")),
+            [
+                ("n1".into(), true),
+                ("n2".into(), false),
+                ("n3".into(), true)
+            ]
+        );
     }
 }
