@@ -10,11 +10,21 @@
 //! (the server's own copies were allocated before profiling and are not
 //! counted). Two sizes give the slope, which drops fixed costs.
 //!
-//! Three caches: `Full` (pruning off: managedFields kept), `Pruned` (the
-//! default: managedFields and the last-applied annotation dropped) and
-//! `Metadata` (`PartialObjectMeta<Pod>`, what `owns_metadata` caches).
+//! Five caches: `Full` (pruning off, objects kept decoded: what a plain
+//! kube-runtime `Store` holds), `Pruned` (managedFields and the
+//! last-applied annotation dropped, kept decoded: `compact_cache(false)`),
+//! `Compact` (the Manager's default: pruned, kept as compact JSON, decoded
+//! on read), and the metadata-only caches (`PartialObjectMeta<Pod>`, what
+//! `owns_metadata` caches) kept decoded (`MetaTyped`) and compact
+//! (`Metadata`, the default).
 //!
-//! `cargo bench -p kubeforge-runtime --bench cache_memory` (optional arg: N).
+//! Then, with the profiler stopped, the CPU time of reads (this thread's
+//! time from `/proc/thread-self/schedstat`): a `get` of every pod while
+//! nothing is decoded (a decode each), again while the decoded copies are
+//! held (shared), and a whole `state()` after a trim.
+//!
+//! `CARGO_TARGET_DIR=/work/bench-target cargo bench -p kubeforge-runtime --bench cache_memory -- 2000`
+//! (the argument is N; the default is 2000).
 
 use std::time::Duration;
 
@@ -110,14 +120,69 @@ fn typical_status(i: usize) -> serde_json::Value {
 struct Measure {
     bytes: usize,
     json_bytes: usize,
+    /// CPU ns per get: cold (decoding), warm (shared), per object of state().
+    reads: Option<(f64, f64, f64)>,
 }
 
 /// What the manager caches.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Mode {
     Full,
     Pruned,
+    Compact,
+    MetaTyped,
     Metadata,
+}
+
+impl Mode {
+    fn compact(self) -> bool {
+        matches!(self, Mode::Compact | Mode::Metadata)
+    }
+    fn metadata(self) -> bool {
+        matches!(self, Mode::MetaTyped | Mode::Metadata)
+    }
+}
+
+/// CPU time this thread has run, in ns.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// CPU ns per object of `f` run over `n` objects.
+fn per_object(n: usize, f: impl FnOnce()) -> f64 {
+    let t = thread_cpu_ns();
+    f();
+    (thread_cpu_ns() - t) as f64 / n.max(1) as f64
+}
+
+fn read_costs<K: kubeforge_runtime::Cacheable>(
+    cache: &kubeforge_runtime::Cache<K>,
+) -> (f64, f64, f64) {
+    cache.trim();
+    let keys = cache.keys();
+    let n = keys.len();
+    let mut held = Vec::with_capacity(n);
+    let cold = per_object(n, || {
+        for k in &keys {
+            held.push(cache.get(k));
+        }
+    });
+    assert!(held.iter().all(Option::is_some));
+    let warm = per_object(n, || {
+        for k in &keys {
+            std::hint::black_box(cache.get(k));
+        }
+    });
+    drop(held);
+    cache.trim();
+    let state = per_object(n, || {
+        std::hint::black_box(cache.state());
+    });
+    cache.trim();
+    (cold, warm, state)
 }
 
 async fn measure(n: usize, mode: Mode) -> Measure {
@@ -165,11 +230,13 @@ async fn measure(n: usize, mode: Mode) -> Measure {
     let before = dhat::HeapStats::get().curr_bytes;
     let mgr = Manager::builder(client.clone())
         .handle_signals(false)
-        .prune_cached_objects(!matches!(mode, Mode::Full))
+        .prune_cached_objects(mode != Mode::Full)
+        .compact_cache(mode.compact())
         .build();
-    let (full, meta) = match mode {
-        Mode::Metadata => (None, Some(mgr.metadata_store::<Pod>())),
-        _ => (Some(mgr.store::<Pod>()), None),
+    let (full, meta) = if mode.metadata() {
+        (None, Some(mgr.metadata_store::<Pod>()))
+    } else {
+        (Some(mgr.store::<Pod>()), None)
     };
     let stop = mgr.shutdown_handle();
     let run = tokio::spawn(mgr.run());
@@ -202,12 +269,18 @@ async fn measure(n: usize, mode: Mode) -> Measure {
                     && p.metadata.managed_fields.is_none())
         );
     }
+    drop(profiler);
+    let reads = match (&full, &meta) {
+        (Some(c), _) => Some(read_costs(c)),
+        (_, Some(c)) => Some(read_costs(c)),
+        _ => None,
+    };
     stop.shutdown();
     let _ = run.await;
-    drop(profiler);
     Measure {
         bytes: after.saturating_sub(before),
         json_bytes: json_bytes / n.max(1),
+        reads,
     }
 }
 
@@ -224,7 +297,15 @@ fn main() {
     let small = n / 4;
     rt.block_on(async {
         println!("cache_memory: typical pods, {small} and {n} cached, dhat live heap after sync");
-        for mode in [Mode::Full, Mode::Pruned, Mode::Metadata] {
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        println!("  load average at start: {}", load.trim());
+        for mode in [
+            Mode::Full,
+            Mode::Pruned,
+            Mode::Compact,
+            Mode::MetaTyped,
+            Mode::Metadata,
+        ] {
             let a = measure(small, mode).await;
             let b = measure(n, mode).await;
             let slope = (b.bytes.saturating_sub(a.bytes)) as f64 / (n - small) as f64;
@@ -237,6 +318,12 @@ fn main() {
                 slope,
                 slope / 1024.0
             );
+            if let Some((cold, warm, state)) = b.reads {
+                println!(
+                    "           CPU per read: get decoding {:>7.0} ns | get shared {:>5.0} ns | state() {:>7.0} ns/object",
+                    cold, warm, state
+                );
+            }
         }
     });
 }

@@ -50,6 +50,7 @@
 mod action;
 mod admin;
 pub mod backoff;
+pub mod cache;
 pub mod conditions;
 pub mod controller;
 mod error;
@@ -65,11 +66,12 @@ pub mod webhook;
 
 pub use action::Action;
 pub use backoff::BackoffConfig;
+pub use cache::{Cache, CacheClosed};
 pub use controller::ControllerBuilder;
 pub use error::{BoxError, Error, ReconcileError};
 pub use informer::{Cacheable, LAST_APPLIED_ANNOTATION, prune};
 pub use kube::core::PartialObjectMeta;
-pub use kube::runtime::reflector::{ObjectRef, Store};
+pub use kube::runtime::reflector::ObjectRef;
 pub use leader::LeaderElection;
 pub use manager::{Manager, ManagerBuilder};
 pub use predicates::Predicate;
