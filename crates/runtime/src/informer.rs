@@ -178,9 +178,9 @@ pub fn prune<K: Resource>(obj: &mut K) {
     }
 }
 
-/// One object of a list in progress: its key, its cache slot, and the
-/// decoded object if someone was watching.
-type Listed<K> = (ObjectRef<K>, Slot<K>, Option<Arc<K>>);
+/// One object of a list in progress: its key and its cache slot (holding
+/// the decoded object too if someone was watching).
+type Listed<K> = (ObjectRef<K>, Slot<K>);
 
 struct Subscribers<K> {
     senders: Vec<mpsc::UnboundedSender<Change<K>>>,
@@ -272,7 +272,7 @@ impl<K: Cacheable> Informer<K> {
         let mut trim = tokio::time::interval(TRIM_EVERY);
         trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Objects listed since the last Init, cached and delivered at
-        // InitDone (with the decoded object when someone was watching).
+        // InitDone.
         let mut listed: Vec<Listed<K>> = Vec::new();
         loop {
             let ev = tokio::select! {
@@ -304,10 +304,10 @@ impl<K: Cacheable> Informer<K> {
                 watcher::Event::Apply(obj) => {
                     let watched = self.watched();
                     let key = key_of(&obj);
-                    let new = Arc::new(obj);
-                    let slot = self.shelf.slot(new.clone(), watched);
+                    let slot = self.shelf.slot(Arc::new(obj), watched);
+                    let new = if watched { slot.object() } else { None };
                     let old = self.shelf.insert(key, slot);
-                    if watched {
+                    if let Some(new) = new {
                         let old = old.and_then(Slot::into_object);
                         self.publish(Change::Applied { old, new });
                     }
@@ -323,11 +323,8 @@ impl<K: Cacheable> Informer<K> {
                 }
                 watcher::Event::Init => listed.clear(),
                 watcher::Event::InitApply(obj) => {
-                    let watched = self.watched();
                     let key = key_of(&obj);
-                    let new = Arc::new(obj);
-                    let slot = self.shelf.slot(new.clone(), watched);
-                    listed.push((key, slot, watched.then_some(new)));
+                    listed.push((key, self.shelf.slot(Arc::new(obj), self.watched())));
                 }
                 watcher::Event::InitDone => self.listed(std::mem::take(&mut listed)),
             }
@@ -339,8 +336,8 @@ impl<K: Cacheable> Informer<K> {
         let watched = self.watched();
         let mut fresh = HashMap::with_capacity(listed.len());
         let mut news = Vec::new();
-        for (key, slot, new) in listed {
-            if watched && let Some(new) = new.or_else(|| slot.object()) {
+        for (key, slot) in listed {
+            if watched && let Some(new) = slot.object() {
                 news.push((key.clone(), new));
             }
             fresh.insert(key, slot);
