@@ -11,9 +11,9 @@
 //! encoding and shared by every reader while anyone still holds it, and for
 //! about a second after the last reader lets it go (the informer drops
 //! unheld decoded objects every [`TRIM_EVERY`]), so a burst of reads of one
-//! object decodes it once. With [`ManagerBuilder::compact_cache(false)`]
-//! (crate::ManagerBuilder::compact_cache) objects are kept decoded, as
-//! kube-runtime's `Store` does.
+//! object decodes it once. With
+//! [`compact_cache(false)`](crate::ManagerBuilder::compact_cache) objects
+//! are kept decoded, as kube-runtime's `Store` does.
 
 use std::collections::HashMap;
 use std::fmt;
