@@ -18,11 +18,8 @@
 //! `owns_metadata` caches) kept decoded (`MetaTyped`) and compact
 //! (`Metadata`, the default).
 //!
-//! Then, with the profiler stopped, the time of reads (best of five rounds
-//! over all N pods, so preemption on a loaded machine mostly drops out): a
-//! `get` of every pod while nothing is decoded (a decode each), again while
-//! the decoded copies are held (shared), and a whole `state()` after a
-//! trim.
+//! What reads cost is measured by the `cache_reads` bench (without dhat's
+//! allocator, which takes a lock per allocation).
 //!
 //! `CARGO_TARGET_DIR=/work/bench-target cargo bench -p kubeforge-runtime --bench cache_memory -- 2000`
 //! (the argument is N; the default is 2000).
@@ -30,99 +27,19 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::Api;
 use kubeforge_apiserver::ApiServer;
 use kubeforge_runtime::Manager;
+
+#[path = "common/pods.rs"]
+mod pods;
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
 
-fn typical_pod(i: usize) -> serde_json::Value {
-    let hash = "7c9d8f6b5d";
-    serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": format!("web-{hash}-{i:05}"),
-            "namespace": "default",
-            "generateName": format!("web-{hash}-"),
-            "labels": {"app": "web", "pod-template-hash": hash, "tier": "frontend"},
-            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-30T06:00:00Z"},
-            "ownerReferences": [{
-                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("web-{hash}"),
-                "uid": "5f0c7d3e-9a51-4a4e-8d53-1c1f6c1b2e77", "controller": true, "blockOwnerDeletion": true
-            }]
-        },
-        "spec": {
-            "containers": [{
-                "name": "web",
-                "image": "registry.example.com/team/web:1.27.3",
-                "imagePullPolicy": "IfNotPresent",
-                "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
-                "env": [
-                    {"name": "LOG_LEVEL", "value": "info"},
-                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
-                    {"name": "CACHE_URL", "value": "memcached.default.svc:11211"}
-                ],
-                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}},
-                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"}, "periodSeconds": 10, "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3},
-                "livenessProbe": {"httpGet": {"path": "/livez", "port": 8080, "scheme": "HTTP"}, "periodSeconds": 10, "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3},
-                "volumeMounts": [{"name": "kube-api-access-x7k2p", "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
-                "terminationMessagePath": "/dev/termination-log",
-                "terminationMessagePolicy": "File",
-                "securityContext": {"runAsNonRoot": true, "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}
-            }],
-            "volumes": [{"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
-                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
-            ]}}],
-            "restartPolicy": "Always",
-            "terminationGracePeriodSeconds": 30,
-            "dnsPolicy": "ClusterFirst",
-            "serviceAccountName": "default",
-            "serviceAccount": "default",
-            "nodeName": format!("node-{:03}", i % 100),
-            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-            "schedulerName": "default-scheduler",
-            "tolerations": [
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
-            ],
-            "priority": 0,
-            "enableServiceLinks": true,
-            "preemptionPolicy": "PreemptLowerPriority"
-        }
-    })
-}
-
-fn typical_status(i: usize) -> serde_json::Value {
-    let t = "2026-11-30T06:01:02Z";
-    let cond = |ty: &str| serde_json::json!({"type": ty, "status": "True", "lastProbeTime": null, "lastTransitionTime": t});
-    serde_json::json!({"status": {
-        "phase": "Running",
-        "conditions": [cond("PodReadyToStartContainers"), cond("Initialized"), cond("Ready"), cond("ContainersReady"), cond("PodScheduled")],
-        "hostIP": format!("10.0.{}.{}", i % 100 / 10, i % 10 + 1),
-        "hostIPs": [{"ip": format!("10.0.{}.{}", i % 100 / 10, i % 10 + 1)}],
-        "podIP": format!("10.244.{}.{}", i / 250, i % 250 + 2),
-        "podIPs": [{"ip": format!("10.244.{}.{}", i / 250, i % 250 + 2)}],
-        "startTime": t,
-        "containerStatuses": [{
-            "name": "web", "ready": true, "restartCount": 0, "started": true,
-            "state": {"running": {"startedAt": t}},
-            "image": "registry.example.com/team/web:1.27.3",
-            "imageID": "registry.example.com/team/web@sha256:4c2f1d0e9b8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e",
-            "containerID": format!("containerd://{:064x}", i)
-        }],
-        "qosClass": "Burstable"
-    }})
-}
-
 struct Measure {
     bytes: usize,
     json_bytes: usize,
-    /// CPU ns per get: cold (decoding), warm (shared), per object of state().
-    reads: Option<(f64, f64, f64)>,
 }
 
 /// What the manager caches.
@@ -144,83 +61,11 @@ impl Mode {
     }
 }
 
-/// ns per object of `f` run over `n` objects: best of five rounds, each
-/// after `reset`.
-fn per_object(n: usize, mut reset: impl FnMut(), mut f: impl FnMut()) -> f64 {
-    let mut best = f64::MAX;
-    for _ in 0..5 {
-        reset();
-        let t = std::time::Instant::now();
-        f();
-        best = best.min(t.elapsed().as_nanos() as f64);
-    }
-    best / n.max(1) as f64
-}
-
-fn read_costs<K: kubeforge_runtime::Cacheable>(
-    cache: &kubeforge_runtime::Cache<K>,
-) -> (f64, f64, f64) {
-    let keys = cache.keys();
-    let n = keys.len();
-    let held = std::cell::RefCell::new(Vec::with_capacity(n));
-    let cold = per_object(
-        n,
-        || {
-            held.borrow_mut().clear();
-            cache.trim();
-        },
-        || {
-            let mut h = held.borrow_mut();
-            for k in &keys {
-                h.push(cache.get(k));
-            }
-        },
-    );
-    assert!(held.borrow().iter().all(Option::is_some));
-    let warm = per_object(
-        n,
-        || {},
-        || {
-            for k in &keys {
-                std::hint::black_box(cache.get(k));
-            }
-        },
-    );
-    held.borrow_mut().clear();
-    let state = per_object(
-        n,
-        || cache.trim(),
-        || {
-            std::hint::black_box(cache.state());
-        },
-    );
-    cache.trim();
-    (cold, warm, state)
-}
-
 async fn measure(n: usize, mode: Mode) -> Measure {
     let server = ApiServer::in_memory().await;
     let client = server.client();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let create = PostParams {
-        field_manager: Some("kube-controller-manager".into()),
-        ..Default::default()
-    };
-    let status = PatchParams {
-        field_manager: Some("kubelet".into()),
-        ..Default::default()
-    };
-    let mut json_bytes = 0;
-    for i in 0..n {
-        let pod: Pod = serde_json::from_value(typical_pod(i)).expect("pod shape");
-        let created = pods.create(&create, &pod).await.expect("create pod");
-        let name = created.metadata.name.clone().unwrap_or_default();
-        let done = pods
-            .patch_status(&name, &status, &Patch::Merge(&typical_status(i)))
-            .await
-            .expect("status");
-        json_bytes += serde_json::to_vec(&done).map(|v| v.len()).unwrap_or(0);
-    }
+    let json_bytes = pods::create_typical_pods(&pods, n).await * n;
     let check = pods
         .get(&format!("web-7c9d8f6b5d-{:05}", 0))
         .await
@@ -283,17 +128,11 @@ async fn measure(n: usize, mode: Mode) -> Measure {
         );
     }
     drop(profiler);
-    let reads = match (&full, &meta) {
-        (Some(c), _) => Some(read_costs(c)),
-        (_, Some(c)) => Some(read_costs(c)),
-        _ => None,
-    };
     stop.shutdown();
     let _ = run.await;
     Measure {
         bytes: after.saturating_sub(before),
         json_bytes: json_bytes / n.max(1),
-        reads,
     }
 }
 
@@ -331,12 +170,6 @@ fn main() {
                 slope,
                 slope / 1024.0
             );
-            if let Some((cold, warm, state)) = b.reads {
-                println!(
-                    "           per read: get decoding {:>7.0} ns | get shared {:>5.0} ns | state() {:>7.0} ns/object",
-                    cold, warm, state
-                );
-            }
         }
     });
 }
