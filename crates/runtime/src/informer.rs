@@ -253,12 +253,6 @@ impl<K: Cacheable> Informer<K> {
         !lock(&self.subs).senders.is_empty()
     }
 
-    fn publish(&self, change: Change<K>) {
-        let mut subs = lock(&self.subs);
-        subs.senders
-            .retain(|tx| tx.unbounded_send(change.clone()).is_ok());
-    }
-
     async fn run(self: Arc<Self>, client: Client, transform: Transform<K>, mut stop: Stop) {
         let Some(mut handles) = lock(&self.handle_writer).take() else {
             return;
@@ -291,15 +285,17 @@ impl<K: Cacheable> Informer<K> {
                     continue;
                 }
             };
-            if keep_handles {
-                handles.apply_watcher_event(&match &ev {
-                    watcher::Event::Apply(o) => watcher::Event::Apply(Handle::of(o)),
-                    watcher::Event::Delete(o) => watcher::Event::Delete(Handle::of(o)),
-                    watcher::Event::Init => watcher::Event::Init,
-                    watcher::Event::InitApply(o) => watcher::Event::InitApply(Handle::of(o)),
-                    watcher::Event::InitDone => watcher::Event::InitDone,
-                });
-            }
+            // The applier's handles change after the cache, so a handle it
+            // finds always has its object cached (unless just deleted).
+            let handle_event = keep_handles.then(|| match &ev {
+                watcher::Event::Apply(o) => watcher::Event::Apply(Handle::of(o)),
+                watcher::Event::Delete(o) => watcher::Event::Delete(Handle::of(o)),
+                watcher::Event::Init => watcher::Event::Init,
+                watcher::Event::InitApply(o) => watcher::Event::InitApply(Handle::of(o)),
+                watcher::Event::InitDone => watcher::Event::InitDone,
+            });
+            let mut changes = Vec::new();
+            let mut list_done = false;
             match ev {
                 watcher::Event::Apply(obj) => {
                     let watched = self.watched();
@@ -309,7 +305,7 @@ impl<K: Cacheable> Informer<K> {
                     let old = self.shelf.insert(key, slot);
                     if let Some(new) = new {
                         let old = old.and_then(Slot::into_object);
-                        self.publish(Change::Applied { old, new });
+                        changes.push(Change::Applied { old, new });
                     }
                 }
                 watcher::Event::Delete(obj) => {
@@ -318,7 +314,7 @@ impl<K: Cacheable> Informer<K> {
                         let last = last
                             .and_then(Slot::into_object)
                             .unwrap_or_else(|| Arc::new(obj));
-                        self.publish(Change::Deleted(last));
+                        changes.push(Change::Deleted(last));
                     }
                 }
                 watcher::Event::Init => listed.clear(),
@@ -326,13 +322,24 @@ impl<K: Cacheable> Informer<K> {
                     let key = key_of(&obj);
                     listed.push((key, self.shelf.slot(Arc::new(obj), self.watched())));
                 }
-                watcher::Event::InitDone => self.listed(std::mem::take(&mut listed)),
+                watcher::Event::InitDone => {
+                    changes = self.swap_in(std::mem::take(&mut listed));
+                    list_done = true;
+                }
             }
+            // Cache, then the applier's handles, then the subscribers: a
+            // change a controller queues is always found by the applier and
+            // its object in the cache.
+            if let Some(e) = handle_event {
+                handles.apply_watcher_event(&e);
+            }
+            self.deliver(changes, list_done);
         }
     }
 
-    /// A (re)list is complete: swap it in, then deliver the changes.
-    fn listed(&self, listed: Vec<Listed<K>>) {
+    /// A (re)list is complete: swap it in; returns the changes to deliver
+    /// (none if nobody watches).
+    fn swap_in(&self, listed: Vec<Listed<K>>) -> Vec<Change<K>> {
         let watched = self.watched();
         let mut fresh = HashMap::with_capacity(listed.len());
         let mut news = Vec::new();
@@ -343,25 +350,31 @@ impl<K: Cacheable> Informer<K> {
             fresh.insert(key, slot);
         }
         let mut before = self.shelf.replace(fresh);
-        // Deliver and mark synced under one lock, so a subscriber either
-        // gets these changes or sees the cache synced.
-        let mut subs = lock(&self.subs);
-        let mut send = |change: Change<K>| {
-            subs.senders
-                .retain(|tx| tx.unbounded_send(change.clone()).is_ok());
-        };
+        let mut changes = Vec::new();
         if watched {
             for (key, new) in news {
                 let old = before.remove(&key).and_then(Slot::into_object);
-                send(Change::Applied { old, new });
+                changes.push(Change::Applied { old, new });
             }
             for (_, gone) in before {
                 if let Some(gone) = gone.into_object() {
-                    send(Change::Deleted(gone));
+                    changes.push(Change::Deleted(gone));
                 }
             }
         }
-        if !self.synced.swap(true, Ordering::SeqCst) {
+        changes
+    }
+
+    /// Send `changes` to the subscribers; after a list, mark the cache
+    /// synced under the same lock, so a subscriber either gets the listed
+    /// objects as changes or sees the cache synced.
+    fn deliver(&self, changes: Vec<Change<K>>, list_done: bool) {
+        let mut subs = lock(&self.subs);
+        for change in changes {
+            subs.senders
+                .retain(|tx| tx.unbounded_send(change.clone()).is_ok());
+        }
+        if list_done && !self.synced.swap(true, Ordering::SeqCst) {
             self.ready_tx.send_replace(true);
             tracing::debug!(kind = %self.kind, objects = self.shelf.len(), "cache synced");
         }
