@@ -5,7 +5,8 @@
 //!
 //! `CARGO_TARGET_DIR=/work/bench-target cargo bench -p kubeforge-operators --bench memcached`
 //! (`MEMCACHED_BENCH_N` changes the count, `MEMCACHED_BENCH_CONCURRENCY`
-//! the operator's max concurrent reconciles.)
+//! the operator's max concurrent reconciles, `MEMCACHED_BENCH_TYPED_CACHE=1`
+//! keeps the Manager's caches decoded rather than compact.)
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -105,7 +106,13 @@ fn main() {
             options.max_concurrent_reconciles = c.parse().expect("a number");
         }
         let concurrency = options.max_concurrent_reconciles;
-        let mgr = Manager::builder(client.clone()).handle_signals(false).build();
+        // MEMCACHED_BENCH_TYPED_CACHE=1: objects kept decoded in the
+        // caches instead of the default compact JSON (for comparison).
+        let typed = std::env::var("MEMCACHED_BENCH_TYPED_CACHE").is_ok_and(|v| v == "1");
+        let mgr = Manager::builder(client.clone())
+            .handle_signals(false)
+            .compact_cache(!typed)
+            .build();
         controller::register(&mgr, options);
         let metrics = mgr.metrics();
         let shutdown = mgr.shutdown_handle();

@@ -24,15 +24,16 @@ use futures::stream::{self, BoxStream};
 use futures::{FutureExt, StreamExt};
 use kube::Resource;
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::action::Action;
 use crate::backoff::{BackoffConfig, ItemBackoff};
+use crate::cache::Cache;
 use crate::error::ReconcileError;
-use crate::informer::{Cacheable, Change, Informer, lock};
+use crate::informer::{Cacheable, Change, Handle, Informer, lock};
 use crate::manager::Manager;
 use crate::metrics::{ControllerLabels, DepthSource, Metrics, QueueLabels, ResultLabels};
 use crate::predicates::Predicate;
@@ -178,9 +179,10 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
     {
         let informer = self.mgr.informers().get::<K>();
         let metrics = self.mgr.metrics();
+        let handles = informer.handles();
         let shared = Arc::new(Shared {
             name: self.name.clone(),
-            store: informer.store(),
+            cache: informer.cache(),
             pending: Mutex::new(HashMap::new()),
             backoff: ItemBackoff::new(self.backoff),
             labels: ControllerLabels {
@@ -197,6 +199,7 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
         sources.insert(0, primary_source(informer, self.predicate));
         let run = Running {
             shared,
+            handles,
             sources,
             reconcile: Arc::new(reconcile),
             ctx: self.ctx,
@@ -246,12 +249,7 @@ fn primary_source<K: Cacheable>(
     Box::new(move |shared: &Arc<Shared<K>>| {
         let (rx, synced) = informer.subscribe();
         let initial: Vec<ObjectRef<K>> = if synced {
-            informer
-                .store()
-                .state()
-                .iter()
-                .map(|o| ObjectRef::from_obj(&**o))
-                .collect()
+            informer.cache().keys()
         } else {
             Vec::new()
         };
@@ -283,7 +281,7 @@ fn primary_source<K: Cacheable>(
 /// metrics.
 pub(crate) struct Shared<K: Cacheable> {
     name: String,
-    store: Store<K>,
+    cache: Cache<K>,
     /// Objects waiting in the queue, with when they became (or become)
     /// ready: gives `workqueue_depth` and `workqueue_queue_duration_seconds`.
     /// The flag tells whether the entry's add was counted yet.
@@ -363,7 +361,7 @@ impl<K: Cacheable> DepthSource for Shared<K> {
         let now = Instant::now();
         let mut pending = lock(&self.pending);
         // Requests for objects no longer cached are dropped by the applier.
-        pending.retain(|k, _| self.store.get(k).is_some());
+        pending.retain(|k, _| self.cache.contains(k));
         let ready = pending.values().filter(|(t, _)| *t <= now).count();
         i64::try_from(ready).unwrap_or(i64::MAX)
     }
@@ -417,6 +415,8 @@ type ReconcileFn<K, C, Fut> = dyn Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync;
 /// A registered controller, ready to run.
 struct Running<K: Cacheable, C, Fut> {
     shared: Arc<Shared<K>>,
+    /// What the applier looks queued objects up in.
+    handles: kube::runtime::reflector::Store<Handle<K>>,
     sources: Vec<SourceFn<K>>,
     reconcile: Arc<ReconcileFn<K, C, Fut>>,
     ctx: Arc<C>,
@@ -436,16 +436,12 @@ where
         let mut triggers: Vec<BoxStream<'static, ObjectRef<K>>> =
             self.sources.into_iter().map(|s| s(&shared)).collect();
         if let Some(every) = self.resync {
-            let store = shared.store.clone();
+            let cache = shared.cache.clone();
             triggers.push(
-                stream::unfold(store, move |store| async move {
+                stream::unfold(cache, move |cache| async move {
                     tokio::time::sleep(every).await;
-                    let refs: Vec<ObjectRef<K>> = store
-                        .state()
-                        .iter()
-                        .map(|o| ObjectRef::from_obj(&**o))
-                        .collect();
-                    Some((stream::iter(refs), store))
+                    let refs: Vec<ObjectRef<K>> = cache.keys();
+                    Some((stream::iter(refs), cache))
                 })
                 .flatten()
                 .boxed(),
@@ -456,7 +452,7 @@ where
         let queue = stream::select_all(triggers)
             .map(move |r| {
                 queue_shared.add(r.clone(), Instant::now());
-                Ok::<_, Infallible>(r)
+                Ok::<_, Infallible>(r.into_kind_unchecked::<Handle<K>>(()))
             })
             .take_until(async move { stop_queue.wait().await });
 
@@ -464,18 +460,18 @@ where
         let worker_shared = shared.clone();
         let policy_shared = shared.clone();
         let results = kube::runtime::applier(
-            move |obj: Arc<K>, ctx: Arc<C>| {
-                reconcile_one(worker_shared.clone(), reconcile.clone(), obj, ctx)
+            move |handle: Arc<Handle<K>>, ctx: Arc<C>| {
+                reconcile_one(worker_shared.clone(), reconcile.clone(), handle.key(), ctx)
             },
-            move |obj: Arc<K>, err: &Failed, _ctx: Arc<C>| {
+            move |handle: Arc<Handle<K>>, err: &Failed, _ctx: Arc<C>| {
                 if err.terminal {
                     return kube::runtime::controller::Action::await_change();
                 }
-                let delay = policy_shared.requeue_rate_limited(ObjectRef::from_obj(&*obj));
+                let delay = policy_shared.requeue_rate_limited(handle.key());
                 kube::runtime::controller::Action::requeue(delay)
             },
             self.ctx,
-            shared.store.clone(),
+            self.handles,
             queue,
             kube::runtime::Config::default().concurrency(self.concurrency),
         );
@@ -500,7 +496,7 @@ type ReconcileOutcome =
 fn reconcile_one<K, C, Fut>(
     shared: Arc<Shared<K>>,
     reconcile: Arc<ReconcileFn<K, C, Fut>>,
-    obj: Arc<K>,
+    key: ObjectRef<K>,
     ctx: Arc<C>,
 ) -> ReconcileOutcome
 where
@@ -508,8 +504,14 @@ where
     C: Send + Sync + 'static,
     Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
 {
-    let key = ObjectRef::from_obj(&*obj);
     shared.take(&key);
+    // The applier found the key queued; the object comes from the cache
+    // (it can be gone only if deleted since: nothing to do then).
+    let Some(obj) = shared.cache.get(&key) else {
+        return Box::pin(std::future::ready(Ok(
+            kube::runtime::controller::Action::await_change(),
+        )));
+    };
     let workers = shared
         .metrics
         .active_workers

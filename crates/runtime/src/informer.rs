@@ -3,44 +3,57 @@
 //! An informer runs kube-runtime's [`watcher`] (with its default backoff) for
 //! one kind across all namespaces, prunes each object (`managedFields` and the
 //! `kubectl.kubernetes.io/last-applied-configuration` annotation by default)
-//! before it reaches the cache, keeps the cache in a kube-runtime
-//! [`Store`](kube::runtime::reflector::Store), and fans every change out to
-//! its subscribers (the controllers) with the old and the new object, so
-//! predicates can compare them. Unlike a `ReflectHandle`, deletions are
-//! delivered too, and a subscriber that is not running (a replica that is
-//! not leading) never holds the watch back: it has not subscribed.
+//! before it reaches the cache, keeps the cache (a [`Cache`], compact JSON by
+//! default), and fans every change out to its subscribers (the controllers)
+//! with the old and the new object, so predicates can compare them. Unlike a
+//! `ReflectHandle`, deletions are delivered too, and a subscriber that is not
+//! running (a replica that is not leading) never holds the watch back: it has
+//! not subscribed.
 //!
 //! After a (re)list the changes are delivered only once the cache holds the
 //! listed state, as client-go's informers replace their store before
 //! notifying handlers.
+//!
+//! For kinds a controller reconciles, the informer also keeps a kube-runtime
+//! [`Store`] of [`Handle`]s (name and namespace only): kube-runtime's
+//! `applier` looks queued objects up in a `Store`, and the reconcile then
+//! reads the full object from the cache.
 
 use std::any::Any;
 use std::collections::HashMap;
 use std::fmt::Debug;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use futures::channel::mpsc;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::cache::{Cache, Shelf, Slot, TRIM_EVERY, key_of};
 use crate::shutdown::Stop;
 
 /// The annotation `kubectl apply` (client-side) stores its input in.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// What the manager can cache, watch and reconcile: a typed Kubernetes
-/// object (k8s-openapi types, `kube::CustomResource` types).
+/// object (k8s-openapi types, `kube::CustomResource` types). The default
+/// compact cache keeps objects in their serde JSON form, so that form must
+/// round-trip (it does for k8s-openapi and kube-derive types).
 pub trait Cacheable:
     Resource<DynamicType = (), Scope: 'static>
     + Clone
+    + Serialize
     + DeserializeOwned
     + Debug
     + Send
@@ -52,6 +65,7 @@ pub trait Cacheable:
 impl<K> Cacheable for K where
     K: Resource<DynamicType = (), Scope: 'static>
         + Clone
+        + Serialize
         + DeserializeOwned
         + Debug
         + Send
@@ -80,6 +94,77 @@ impl<K> Clone for Change<K> {
     }
 }
 
+/// What kube-runtime's `applier` keeps per object of a reconciled kind:
+/// its name and namespace, as a resource of kind `K`.
+pub(crate) struct Handle<K> {
+    meta: ObjectMeta,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Cacheable> Handle<K> {
+    fn of(obj: &K) -> Handle<K> {
+        Handle {
+            meta: ObjectMeta {
+                name: obj.meta().name.clone(),
+                namespace: obj.meta().namespace.clone(),
+                ..Default::default()
+            },
+            kind: PhantomData,
+        }
+    }
+
+    /// The key of the object this handle stands for.
+    pub(crate) fn key(&self) -> ObjectRef<K> {
+        let r = ObjectRef::new(self.meta.name.as_deref().unwrap_or_default());
+        match self.meta.namespace.as_deref() {
+            Some(ns) => r.within(ns),
+            None => r,
+        }
+    }
+}
+
+impl<K> Clone for Handle<K> {
+    fn clone(&self) -> Self {
+        Handle {
+            meta: self.meta.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> Debug for Handle<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle")
+            .field("name", &self.meta.name)
+            .field("namespace", &self.meta.namespace)
+            .finish()
+    }
+}
+
+impl<K: Cacheable> Resource for Handle<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::version(dt)
+    }
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
 /// Drop the fields a controller almost never reads but that dominate an
 /// object's size: `metadata.managedFields` and the last-applied annotation.
 pub fn prune<K: Resource>(obj: &mut K) {
@@ -93,46 +178,69 @@ pub fn prune<K: Resource>(obj: &mut K) {
     }
 }
 
+/// One object of a list in progress: its key and its cache slot (holding
+/// the decoded object too if someone was watching).
+type Listed<K> = (ObjectRef<K>, Slot<K>);
+
 struct Subscribers<K> {
     senders: Vec<mpsc::UnboundedSender<Change<K>>>,
 }
 
 /// A shared informer for kind `K`.
 pub(crate) struct Informer<K: Cacheable> {
-    store: Store<K>,
-    writer: Mutex<Option<Writer<K>>>,
+    shelf: Arc<Shelf<K>>,
+    ready_tx: watch::Sender<bool>,
+    ready_rx: watch::Receiver<bool>,
+    /// Taken by the one `run`.
+    handle_writer: Mutex<Option<Writer<Handle<K>>>>,
+    handles: Store<Handle<K>>,
+    /// Whether a controller reconciles `K` (then `handles` is kept).
+    reconciled: AtomicBool,
     subs: Mutex<Subscribers<K>>,
     synced: AtomicBool,
     kind: String,
 }
 
 impl<K: Cacheable> Informer<K> {
-    fn new() -> Informer<K> {
-        let writer = Writer::<K>::default();
+    fn new(compact: bool) -> Informer<K> {
+        let writer = Writer::<Handle<K>>::default();
+        let kind = format!(
+            "{}.{}{}",
+            K::kind(&()),
+            K::api_version(&()),
+            if K::metadata_api() { " (metadata)" } else { "" }
+        );
+        let (ready_tx, ready_rx) = watch::channel(false);
         Informer {
-            store: writer.as_reader(),
-            writer: Mutex::new(Some(writer)),
+            shelf: Arc::new(Shelf::new(compact, kind.clone())),
+            ready_tx,
+            ready_rx,
+            handles: writer.as_reader(),
+            handle_writer: Mutex::new(Some(writer)),
+            reconciled: AtomicBool::new(false),
             subs: Mutex::new(Subscribers {
                 senders: Vec::new(),
             }),
             synced: AtomicBool::new(false),
-            kind: format!(
-                "{}.{}{}",
-                K::kind(&()),
-                K::api_version(&()),
-                if K::metadata_api() { " (metadata)" } else { "" }
-            ),
+            kind,
         }
     }
 
     /// The cache (empty until the first list arrives).
-    pub(crate) fn store(&self) -> Store<K> {
-        self.store.clone()
+    pub(crate) fn cache(&self) -> Cache<K> {
+        Cache::new(self.shelf.clone(), self.ready_rx.clone())
+    }
+
+    /// The handles of the cached objects, for kube-runtime's `applier`;
+    /// kept from now on (call before the manager runs).
+    pub(crate) fn handles(&self) -> Store<Handle<K>> {
+        self.reconciled.store(true, Ordering::SeqCst);
+        self.handles.clone()
     }
 
     /// Subscribe to changes from now on; also answers whether the cache was
     /// already synced at that moment (then the subscriber should take the
-    /// current state from the store; otherwise the initial list arrives as
+    /// current state from the cache; otherwise the initial list arrives as
     /// changes).
     pub(crate) fn subscribe(&self) -> (mpsc::UnboundedReceiver<Change<K>>, bool) {
         let (tx, rx) = mpsc::unbounded();
@@ -141,26 +249,32 @@ impl<K: Cacheable> Informer<K> {
         (rx, self.synced.load(Ordering::SeqCst))
     }
 
-    fn publish(&self, change: Change<K>) {
-        let mut subs = lock(&self.subs);
-        subs.senders
-            .retain(|tx| tx.unbounded_send(change.clone()).is_ok());
+    fn watched(&self) -> bool {
+        !lock(&self.subs).senders.is_empty()
     }
 
     async fn run(self: Arc<Self>, client: Client, transform: Transform<K>, mut stop: Stop) {
-        let Some(mut writer) = lock(&self.writer).take() else {
+        let Some(mut handles) = lock(&self.handle_writer).take() else {
             return;
         };
+        let keep_handles = self.reconciled.load(Ordering::SeqCst);
         let api: Api<K> = Api::all(client);
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
             .modify(move |o: &mut K| transform(o));
         let mut stream = std::pin::pin!(stream);
-        // Keys listed since the last Init, delivered at InitDone.
-        let mut listed: Vec<ObjectRef<K>> = Vec::new();
+        let mut trim = tokio::time::interval(TRIM_EVERY);
+        trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Objects listed since the last Init, cached and delivered at
+        // InitDone.
+        let mut listed: Vec<Listed<K>> = Vec::new();
         loop {
             let ev = tokio::select! {
                 ev = stream.next() => ev,
+                _ = trim.tick() => {
+                    self.shelf.trim();
+                    continue;
+                }
                 () = stop.wait() => return,
             };
             let Some(ev) = ev else { return };
@@ -171,54 +285,98 @@ impl<K: Cacheable> Informer<K> {
                     continue;
                 }
             };
-            match &ev {
+            // The applier's handles change after the cache, so a handle it
+            // finds always has its object cached (unless just deleted).
+            let handle_event = keep_handles.then(|| match &ev {
+                watcher::Event::Apply(o) => watcher::Event::Apply(Handle::of(o)),
+                watcher::Event::Delete(o) => watcher::Event::Delete(Handle::of(o)),
+                watcher::Event::Init => watcher::Event::Init,
+                watcher::Event::InitApply(o) => watcher::Event::InitApply(Handle::of(o)),
+                watcher::Event::InitDone => watcher::Event::InitDone,
+            });
+            let mut changes = Vec::new();
+            let mut list_done = false;
+            match ev {
                 watcher::Event::Apply(obj) => {
-                    let key = ObjectRef::from_obj(obj);
-                    let old = self.store.get(&key);
-                    writer.apply_watcher_event(&ev);
-                    if let Some(new) = self.store.get(&key) {
-                        self.publish(Change::Applied { old, new });
+                    let watched = self.watched();
+                    let key = key_of(&obj);
+                    let slot = self.shelf.slot(Arc::new(obj), watched);
+                    let new = if watched { slot.object() } else { None };
+                    let old = self.shelf.insert(key, slot);
+                    if let Some(new) = new {
+                        let old = old.and_then(Slot::into_object);
+                        changes.push(Change::Applied { old, new });
                     }
                 }
                 watcher::Event::Delete(obj) => {
-                    let key = ObjectRef::from_obj(obj);
-                    let last = self
-                        .store
-                        .get(&key)
-                        .unwrap_or_else(|| Arc::new(obj.clone()));
-                    writer.apply_watcher_event(&ev);
-                    self.publish(Change::Deleted(last));
+                    let last = self.shelf.remove(&key_of(&obj));
+                    if self.watched() {
+                        let last = last
+                            .and_then(Slot::into_object)
+                            .unwrap_or_else(|| Arc::new(obj));
+                        changes.push(Change::Deleted(last));
+                    }
                 }
-                watcher::Event::Init => {
-                    listed.clear();
-                    writer.apply_watcher_event(&ev);
-                }
+                watcher::Event::Init => listed.clear(),
                 watcher::Event::InitApply(obj) => {
-                    listed.push(ObjectRef::from_obj(obj));
-                    writer.apply_watcher_event(&ev);
+                    let key = key_of(&obj);
+                    listed.push((key, self.shelf.slot(Arc::new(obj), self.watched())));
                 }
                 watcher::Event::InitDone => {
-                    let mut before: HashMap<ObjectRef<K>, Arc<K>> = self
-                        .store
-                        .state()
-                        .into_iter()
-                        .map(|o| (ObjectRef::from_obj(&*o), o))
-                        .collect();
-                    writer.apply_watcher_event(&ev);
-                    for key in std::mem::take(&mut listed) {
-                        let old = before.remove(&key);
-                        if let Some(new) = self.store.get(&key) {
-                            self.publish(Change::Applied { old, new });
-                        }
-                    }
-                    for (_, gone) in before {
-                        self.publish(Change::Deleted(gone));
-                    }
-                    if !self.synced.swap(true, Ordering::SeqCst) {
-                        tracing::debug!(kind = %self.kind, objects = self.store.len(), "cache synced");
-                    }
+                    changes = self.swap_in(std::mem::take(&mut listed));
+                    list_done = true;
                 }
             }
+            // Cache, then the applier's handles, then the subscribers: a
+            // change a controller queues is always found by the applier and
+            // its object in the cache.
+            if let Some(e) = handle_event {
+                handles.apply_watcher_event(&e);
+            }
+            self.deliver(changes, list_done);
+        }
+    }
+
+    /// A (re)list is complete: swap it in; returns the changes to deliver
+    /// (none if nobody watches).
+    fn swap_in(&self, listed: Vec<Listed<K>>) -> Vec<Change<K>> {
+        let watched = self.watched();
+        let mut fresh = HashMap::with_capacity(listed.len());
+        let mut news = Vec::new();
+        for (key, slot) in listed {
+            if watched && let Some(new) = slot.object() {
+                news.push((key.clone(), new));
+            }
+            fresh.insert(key, slot);
+        }
+        let mut before = self.shelf.replace(fresh);
+        let mut changes = Vec::new();
+        if watched {
+            for (key, new) in news {
+                let old = before.remove(&key).and_then(Slot::into_object);
+                changes.push(Change::Applied { old, new });
+            }
+            for (_, gone) in before {
+                if let Some(gone) = gone.into_object() {
+                    changes.push(Change::Deleted(gone));
+                }
+            }
+        }
+        changes
+    }
+
+    /// Send `changes` to the subscribers; after a list, mark the cache
+    /// synced under the same lock, so a subscriber either gets the listed
+    /// objects as changes or sees the cache synced.
+    fn deliver(&self, changes: Vec<Change<K>>, list_done: bool) {
+        let mut subs = lock(&self.subs);
+        for change in changes {
+            subs.senders
+                .retain(|tx| tx.unbounded_send(change.clone()).is_ok());
+        }
+        if list_done && !self.synced.swap(true, Ordering::SeqCst) {
+            self.ready_tx.send_replace(true);
+            tracing::debug!(kind = %self.kind, objects = self.shelf.len(), "cache synced");
         }
     }
 }
@@ -260,12 +418,20 @@ type Entry = (
 );
 
 /// The manager's informers, one per kind.
-#[derive(Default)]
 pub(crate) struct Informers {
     by_type: Mutex<Vec<Entry>>,
+    compact: bool,
 }
 
 impl Informers {
+    /// No informers yet; their caches will be compact if `compact`.
+    pub(crate) fn new(compact: bool) -> Informers {
+        Informers {
+            by_type: Mutex::new(Vec::new()),
+            compact,
+        }
+    }
+
     /// The informer for `K`, created on first use.
     pub(crate) fn get<K: Cacheable>(&self) -> Arc<Informer<K>> {
         let id = std::any::TypeId::of::<K>();
@@ -277,7 +443,7 @@ impl Informers {
                 return inf;
             }
         }
-        let inf = Arc::new(Informer::<K>::new());
+        let inf = Arc::new(Informer::<K>::new(self.compact));
         all.push((id, inf.clone(), inf.clone()));
         inf
     }

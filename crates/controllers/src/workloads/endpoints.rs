@@ -16,7 +16,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::core::{Selector, SelectorExt};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
+use kubeforge_runtime::Cache;
 use kubeforge_runtime::{Action, Manager, ReconcileError};
 use serde_json::{Value, json};
 
@@ -51,7 +52,7 @@ fn service_selector(svc: &Service) -> Option<Selector> {
     Some(sel.into_iter().collect())
 }
 
-fn services_for(services: &Store<Service>, pod: &Pod) -> Vec<ObjectRef<Service>> {
+fn services_for(services: &Cache<Service>, pod: &Pod) -> Vec<ObjectRef<Service>> {
     let ns = pod.metadata.namespace.as_deref();
     let empty = BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);

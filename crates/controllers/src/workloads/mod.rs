@@ -36,7 +36,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
-use kube::runtime::reflector::Store;
+use kubeforge_runtime::Cache;
 use kubeforge_runtime::events::EventRecorder;
 use kubeforge_runtime::{Manager, ShutdownHandle};
 use tokio::task::JoinHandle;
@@ -152,17 +152,17 @@ pub(crate) struct Ctx {
     pub client: Client,
     pub opts: WorkloadOptions,
     pub events: EventRecorder,
-    pub pods: Store<Pod>,
-    pub replicasets: Store<ReplicaSet>,
-    pub deployments: Store<Deployment>,
-    pub daemonsets: Store<DaemonSet>,
-    pub statefulsets: Store<StatefulSet>,
-    pub nodes: Store<Node>,
-    pub jobs: Store<Job>,
-    pub services: Store<Service>,
-    pub slices: Store<EndpointSlice>,
-    pub revisions: Store<ControllerRevision>,
-    pub leases: Store<Lease>,
+    pub pods: Cache<Pod>,
+    pub replicasets: Cache<ReplicaSet>,
+    pub deployments: Cache<Deployment>,
+    pub daemonsets: Cache<DaemonSet>,
+    pub statefulsets: Cache<StatefulSet>,
+    pub nodes: Cache<Node>,
+    pub jobs: Cache<Job>,
+    pub services: Cache<Service>,
+    pub slices: Cache<EndpointSlice>,
+    pub revisions: Cache<ControllerRevision>,
+    pub leases: Cache<Lease>,
     pub expectations: util::Expectations,
     pub pod_index: util::PodIndex,
 }
@@ -210,9 +210,13 @@ impl Workloads {
 /// Start the enabled workload controllers on `client` (spawned on the
 /// current Tokio runtime) and wait until their caches are synced.
 pub async fn start(client: Client, opts: WorkloadOptions) -> Result<Workloads, Error> {
+    // Typed caches: these controllers scan every pod of a ReplicaSet, a
+    // node or a namespace per reconcile, cluster-wide, so they keep objects
+    // decoded rather than paying a decode per cold read.
     let mgr = Manager::builder(client.clone())
         .handle_signals(false)
         .graceful_shutdown_timeout(Duration::from_secs(5))
+        .compact_cache(false)
         .build();
     let ctx = Arc::new(Ctx {
         events: EventRecorder::new(client.clone(), "kube-controller-manager"),

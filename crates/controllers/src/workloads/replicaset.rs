@@ -22,7 +22,8 @@ use futures::future::join_all;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
+use kubeforge_runtime::Cache;
 use kubeforge_runtime::{Action, Manager, ReconcileError};
 use serde_json::{Value, json};
 
@@ -45,7 +46,7 @@ pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
 /// The ReplicaSets to reconcile when `pod` changes: its controller if a
 /// ReplicaSet, else (an orphan) every ReplicaSet of its namespace whose
 /// selector matches it.
-fn pod_owners(rs_store: &Store<ReplicaSet>, pod: &Pod) -> Vec<ObjectRef<ReplicaSet>> {
+fn pod_owners(rs_store: &Cache<ReplicaSet>, pod: &Pod) -> Vec<ObjectRef<ReplicaSet>> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     match controller_of(&pod.metadata) {
         Some(r) if r.kind == "ReplicaSet" && r.api_version == "apps/v1" => {

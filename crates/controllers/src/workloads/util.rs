@@ -12,8 +12,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{Selector, SelectorExt};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource};
+use kubeforge_runtime::Cache;
 use serde_json::{Value, json};
 
 /// Lock a mutex, recovering from poisoning (a panicked reconcile must not
@@ -65,7 +66,7 @@ impl Expectations {
 
     /// Whether everything `owner` expected has been observed in `pods`
     /// (or the expectations expired).
-    pub(crate) fn satisfied(&self, owner: &str, pods: &Store<Pod>) -> bool {
+    pub(crate) fn satisfied(&self, owner: &str, pods: &Cache<Pod>) -> bool {
         let mut m = lock(&self.by_owner);
         let Some(e) = m.get_mut(owner) else {
             return true;
@@ -148,7 +149,7 @@ impl PodIndex {
         keys.entry(ns_key(&ns)).or_default().insert(id);
     }
 
-    fn seed(&self, pods: &Store<Pod>) {
+    fn seed(&self, pods: &Cache<Pod>) {
         if !self.seeded.swap(true, Ordering::SeqCst) {
             for p in pods.state() {
                 self.observe(&p);
@@ -156,7 +157,7 @@ impl PodIndex {
         }
     }
 
-    fn read(&self, pods: &Store<Pod>, key: &str, keep: impl Fn(&Pod) -> bool) -> Vec<Arc<Pod>> {
+    fn read(&self, pods: &Cache<Pod>, key: &str, keep: impl Fn(&Pod) -> bool) -> Vec<Arc<Pod>> {
         self.seed(pods);
         let mut keys = lock(&self.keys);
         let Some(set) = keys.get_mut(key) else {
@@ -179,28 +180,28 @@ impl PodIndex {
     }
 
     /// Pods whose controller has UID `uid`.
-    pub(crate) fn owned_by(&self, pods: &Store<Pod>, uid: &str) -> Vec<Arc<Pod>> {
+    pub(crate) fn owned_by(&self, pods: &Cache<Pod>, uid: &str) -> Vec<Arc<Pod>> {
         self.read(pods, &owner_key(uid), |p| {
             controller_of(&p.metadata).is_some_and(|r| r.uid == uid)
         })
     }
 
     /// Pods of namespace `ns` without a controller.
-    pub(crate) fn orphans(&self, pods: &Store<Pod>, ns: &str) -> Vec<Arc<Pod>> {
+    pub(crate) fn orphans(&self, pods: &Cache<Pod>, ns: &str) -> Vec<Arc<Pod>> {
         self.read(pods, &orphan_key(ns), |p| {
             controller_of(&p.metadata).is_none() && p.metadata.namespace.as_deref() == Some(ns)
         })
     }
 
     /// Pods bound to node `node`.
-    pub(crate) fn on_node(&self, pods: &Store<Pod>, node: &str) -> Vec<Arc<Pod>> {
+    pub(crate) fn on_node(&self, pods: &Cache<Pod>, node: &str) -> Vec<Arc<Pod>> {
         self.read(pods, &node_key(node), |p| {
             p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
         })
     }
 
     /// Pods of namespace `ns`.
-    pub(crate) fn in_namespace(&self, pods: &Store<Pod>, ns: &str) -> Vec<Arc<Pod>> {
+    pub(crate) fn in_namespace(&self, pods: &Cache<Pod>, ns: &str) -> Vec<Arc<Pod>> {
         self.read(pods, &ns_key(ns), |p| {
             p.metadata.namespace.as_deref() == Some(ns)
         })

@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeforge_runtime::events::EventRecorder;
-use kubeforge_runtime::{Action, Manager, ReconcileError, Store};
+use kubeforge_runtime::{Action, Cache, Manager, ReconcileError};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
@@ -59,7 +59,7 @@ impl std::fmt::Debug for Options {
 pub struct Context {
     client: Client,
     events: EventRecorder,
-    jobs: Store<Job>,
+    jobs: Cache<Job>,
     clock: Arc<dyn Clock>,
 }
 

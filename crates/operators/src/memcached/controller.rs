@@ -28,7 +28,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeforge_runtime::conditions::{self, ConditionStatus};
 use kubeforge_runtime::events::EventRecorder;
-use kubeforge_runtime::{Action, Manager, ObjectRef, Predicate, ReconcileError, Store, predicates};
+use kubeforge_runtime::{Action, Cache, Manager, ObjectRef, Predicate, ReconcileError, predicates};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
@@ -72,8 +72,8 @@ impl Default for Options {
 pub struct Context {
     client: Client,
     events: EventRecorder,
-    deployments: Store<Deployment>,
-    pods: Store<Pod>,
+    deployments: Cache<Deployment>,
+    pods: Cache<Pod>,
     options: Options,
 }
 

@@ -1,0 +1,421 @@
+//! The Manager's cache of one kind: what [`Manager::store`](crate::Manager::store)
+//! returns and the controllers read.
+//!
+//! A typed Kubernetes object is several times larger in memory than its
+//! JSON: every optional struct (a `Container`'s probes, a `Volume`'s thirty
+//! possible sources) is laid out inline whether set or not, every small map
+//! (labels, resource requests) takes a whole B-tree node. So by default the
+//! cache keeps each object as its compact JSON encoding (what `serde_json`
+//! writes for it: the object as served, minus the fields the informer
+//! pruned) and decodes it when read. A decoded object is kept beside its
+//! encoding and shared by every reader while anyone still holds it, and for
+//! about a second after the last reader lets it go (the informer drops
+//! unheld decoded objects every [`TRIM_EVERY`]), so a burst of reads of one
+//! object decodes it once. With
+//! [`compact_cache(false)`](crate::ManagerBuilder::compact_cache) objects
+//! are kept decoded, as kube-runtime's `Store` does.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::watch;
+
+use crate::informer::{Cacheable, lock};
+
+/// How often the informer drops decoded objects nobody holds.
+pub const TRIM_EVERY: Duration = Duration::from_secs(1);
+
+/// [`Cache::wait_until_ready`] failed: the manager that fills the cache was
+/// dropped (or stopped) before the first list arrived.
+#[derive(Debug, thiserror::Error)]
+#[error("the cache of {kind} was dropped before it synced")]
+pub struct CacheClosed {
+    /// The cached kind.
+    pub kind: String,
+}
+
+/// One cached object.
+pub(crate) enum Slot<K> {
+    /// Kept decoded (compact caching off, or encoding failed).
+    Typed(Arc<K>),
+    /// Kept as JSON; `hot` is the decoded object while it is shared.
+    Compact {
+        json: Box<[u8]>,
+        hot: Mutex<Option<Arc<K>>>,
+    },
+}
+
+impl<K: Cacheable> Slot<K> {
+    /// Store `obj`, compactly if `compact` (else a clone of it); `keep_hot`
+    /// keeps the decoded object too (until the next trim finds nobody
+    /// holding it).
+    pub(crate) fn new(obj: Arc<K>, compact: bool, keep_hot: bool) -> Slot<K> {
+        if !compact {
+            // A clone, as kube-runtime's `Store` keeps: deserializing
+            // over-allocates vectors (capacity 4 for one toleration), a
+            // clone allocates exactly (a third less for a typical pod).
+            return Slot::Typed(Arc::new(K::clone(&obj)));
+        }
+        match serde_json::to_vec(&*obj) {
+            Ok(json) => Slot::Compact {
+                json: json.into_boxed_slice(),
+                hot: Mutex::new(keep_hot.then_some(obj)),
+            },
+            Err(e) => {
+                tracing::warn!(kind = %K::kind(&()), error = %e, "cannot encode an object; caching it decoded");
+                Slot::Typed(obj)
+            }
+        }
+    }
+
+    /// The object, decoded if need be (and then kept hot).
+    pub(crate) fn object(&self) -> Option<Arc<K>> {
+        match self {
+            Slot::Typed(o) => Some(o.clone()),
+            Slot::Compact { json, hot } => {
+                let mut hot = lock(hot);
+                if let Some(o) = &*hot {
+                    return Some(o.clone());
+                }
+                let o = Arc::new(decode::<K>(json)?);
+                *hot = Some(o.clone());
+                Some(o)
+            }
+        }
+    }
+
+    /// The object, consuming the slot.
+    pub(crate) fn into_object(self) -> Option<Arc<K>> {
+        match self {
+            Slot::Typed(o) => Some(o),
+            Slot::Compact { json, hot } => {
+                let hot = match hot.into_inner() {
+                    Ok(h) => h,
+                    Err(p) => p.into_inner(),
+                };
+                match hot {
+                    Some(o) => Some(o),
+                    None => decode::<K>(&json).map(Arc::new),
+                }
+            }
+        }
+    }
+
+    /// Drop the decoded object if the slot is its only holder.
+    fn trim(&self) {
+        if let Slot::Compact { hot, .. } = self {
+            let mut hot = lock(hot);
+            if hot.as_ref().is_some_and(|o| Arc::strong_count(o) == 1) {
+                *hot = None;
+            }
+        }
+    }
+}
+
+fn decode<K: Cacheable>(json: &[u8]) -> Option<K> {
+    match serde_json::from_slice(json) {
+        Ok(o) => Some(o),
+        Err(e) => {
+            // Only possible for a type whose serde form does not round-trip.
+            tracing::error!(kind = %K::kind(&()), error = %e, "cannot decode a cached object; skipping it");
+            None
+        }
+    }
+}
+
+/// The key an object is cached under: its name and (if namespaced) its
+/// namespace, without the uid and resourceVersion an `ObjectRef` can carry.
+pub(crate) fn key_of<K: Cacheable>(obj: &K) -> ObjectRef<K> {
+    let meta = obj.meta();
+    let r = ObjectRef::new(meta.name.as_deref().unwrap_or_default());
+    match meta.namespace.as_deref() {
+        Some(ns) => r.within(ns),
+        None => r,
+    }
+}
+
+type Map<K> = HashMap<ObjectRef<K>, Slot<K>>;
+
+/// The shared state behind [`Cache`] handles; written by the informer.
+pub(crate) struct Shelf<K: Cacheable> {
+    map: RwLock<Map<K>>,
+    compact: bool,
+    kind: String,
+}
+
+impl<K: Cacheable> Shelf<K> {
+    pub(crate) fn new(compact: bool, kind: String) -> Shelf<K> {
+        Shelf {
+            map: RwLock::new(HashMap::new()),
+            compact,
+            kind,
+        }
+    }
+
+    pub(crate) fn slot(&self, obj: Arc<K>, keep_hot: bool) -> Slot<K> {
+        Slot::new(obj, self.compact, keep_hot)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Map<K>> {
+        match self.map.read() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Map<K>> {
+        match self.map.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Insert or replace; returns the previous slot.
+    pub(crate) fn insert(&self, key: ObjectRef<K>, slot: Slot<K>) -> Option<Slot<K>> {
+        self.write().insert(key, slot)
+    }
+
+    pub(crate) fn remove(&self, key: &ObjectRef<K>) -> Option<Slot<K>> {
+        self.write().remove(key)
+    }
+
+    /// Swap in a freshly listed state; returns the previous one.
+    pub(crate) fn replace(&self, fresh: Map<K>) -> Map<K> {
+        std::mem::replace(&mut *self.write(), fresh)
+    }
+
+    /// Drop decoded objects nobody else holds.
+    pub(crate) fn trim(&self) {
+        if self.compact {
+            self.read().values().for_each(Slot::trim);
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.read().len()
+    }
+}
+
+/// A read handle on the Manager's shared cache of kind `K` (cheap to
+/// clone): the objects as last listed and watched, minus the fields the
+/// manager prunes ([`prune`](crate::prune); `metadata.managedFields` and
+/// the last-applied annotation by default).
+///
+/// The reads mirror kube-runtime's `Store`. They return `Arc<K>`: with the
+/// default compact cache an object is decoded on first read and shared with
+/// later readers while anyone holds it; see the [module docs](self).
+pub struct Cache<K: Cacheable> {
+    shelf: Arc<Shelf<K>>,
+    ready: watch::Receiver<bool>,
+}
+
+impl<K: Cacheable> Clone for Cache<K> {
+    fn clone(&self) -> Self {
+        Cache {
+            shelf: self.shelf.clone(),
+            ready: self.ready.clone(),
+        }
+    }
+}
+
+impl<K: Cacheable> fmt::Debug for Cache<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cache")
+            .field("kind", &self.shelf.kind)
+            .field("compact", &self.shelf.compact)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl<K: Cacheable> Cache<K> {
+    pub(crate) fn new(shelf: Arc<Shelf<K>>, ready: watch::Receiver<bool>) -> Cache<K> {
+        Cache { shelf, ready }
+    }
+
+    /// Wait until the first list has filled the cache.
+    ///
+    /// # Errors
+    /// [`CacheClosed`] if the manager was dropped or stopped before that.
+    pub async fn wait_until_ready(&self) -> Result<(), CacheClosed> {
+        let mut ready = self.ready.clone();
+        ready
+            .wait_for(|r| *r)
+            .await
+            .map(|_| ())
+            .map_err(|_| CacheClosed {
+                kind: self.shelf.kind.clone(),
+            })
+    }
+
+    /// The object `key` names, if cached. As with kube-runtime's `Store`,
+    /// a namespace in `key` is ignored for cluster-scoped kinds.
+    #[must_use]
+    pub fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
+        let map = self.shelf.read();
+        let slot = match map.get(key) {
+            Some(s) => s,
+            None if key.namespace.is_some() => {
+                let mut cluster = key.clone();
+                cluster.namespace = None;
+                map.get(&cluster)?
+            }
+            None => return None,
+        };
+        slot.object()
+    }
+
+    /// Whether `key` is cached (no decoding).
+    #[must_use]
+    pub fn contains(&self, key: &ObjectRef<K>) -> bool {
+        let map = self.shelf.read();
+        map.contains_key(key)
+            || (key.namespace.is_some() && {
+                let mut cluster = key.clone();
+                cluster.namespace = None;
+                map.contains_key(&cluster)
+            })
+    }
+
+    /// The keys of all cached objects (no decoding).
+    #[must_use]
+    pub fn keys(&self) -> Vec<ObjectRef<K>> {
+        self.shelf.read().keys().cloned().collect()
+    }
+
+    /// All cached objects (each decoded if it is not in use already).
+    #[must_use]
+    pub fn state(&self) -> Vec<Arc<K>> {
+        self.shelf
+            .read()
+            .values()
+            .filter_map(Slot::object)
+            .collect()
+    }
+
+    /// The cached objects `predicate` accepts.
+    #[must_use]
+    pub fn state_filter(&self, predicate: impl Fn(&K) -> bool) -> Vec<Arc<K>> {
+        self.shelf
+            .read()
+            .values()
+            .filter_map(Slot::object)
+            .filter(|o| predicate(o))
+            .collect()
+    }
+
+    /// A cached object `predicate` accepts.
+    #[must_use]
+    pub fn find(&self, predicate: impl Fn(&K) -> bool) -> Option<Arc<K>> {
+        self.shelf
+            .read()
+            .values()
+            .filter_map(Slot::object)
+            .find(|o| predicate(o))
+    }
+
+    /// How many objects are cached.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.shelf.len()
+    }
+
+    /// Whether the cache is empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether objects are kept as compact JSON (the default) rather than
+    /// decoded.
+    #[must_use]
+    pub fn is_compact(&self) -> bool {
+        self.shelf.compact
+    }
+
+    /// Drop the decoded copies no reader holds any more now, rather than at
+    /// the informer's next trim (at most [`TRIM_EVERY`] later).
+    pub fn trim(&self) {
+        self.shelf.trim();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn cm(name: &str, v: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            data: Some([("k".to_string(), v.to_string())].into()),
+            ..Default::default()
+        }
+    }
+
+    fn cache(compact: bool) -> (Arc<Shelf<ConfigMap>>, Cache<ConfigMap>, watch::Sender<bool>) {
+        let shelf = Arc::new(Shelf::new(compact, "ConfigMap.v1".into()));
+        let (tx, rx) = watch::channel(false);
+        (shelf.clone(), Cache::new(shelf, rx), tx)
+    }
+
+    #[test]
+    fn compact_slots_decode_to_the_same_object_and_share_it_while_held() {
+        let (shelf, cache, _tx) = cache(true);
+        let a = cm("a", "1");
+        shelf.insert(key_of(&a), shelf.slot(Arc::new(a.clone()), false));
+        let r = ObjectRef::new("a").within("ns");
+        let got = cache.get(&r);
+        assert_eq!(got.as_deref(), Some(&a));
+        let again = cache.get(&r);
+        assert!(matches!((&got, &again), (Some(x), Some(y)) if Arc::ptr_eq(x, y)));
+        // Still held: a trim keeps it.
+        cache.trim();
+        let third = cache.get(&r);
+        assert!(matches!((&got, &third), (Some(x), Some(y)) if Arc::ptr_eq(x, y)));
+        drop((got, again, third));
+        // Nobody holds it: a trim drops the decoded copy; the next read
+        // decodes a new, equal one.
+        cache.trim();
+        let fresh = cache.get(&r);
+        assert_eq!(fresh.as_deref(), Some(&a));
+        assert!(cache.contains(&r));
+        assert!(!cache.contains(&ObjectRef::new("b").within("ns")));
+        assert_eq!(cache.keys(), vec![r]);
+    }
+
+    #[test]
+    fn typed_slots_keep_one_decoded_copy() {
+        let (shelf, cache, _tx) = cache(false);
+        let a = Arc::new(cm("a", "1"));
+        shelf.insert(key_of(&*a), shelf.slot(a.clone(), false));
+        let got = cache.state();
+        assert_eq!(got.len(), 1);
+        assert_eq!(*got[0], *a);
+        let again = cache.get(&ObjectRef::new("a").within("ns"));
+        assert!(again.is_some_and(|x| Arc::ptr_eq(&x, &got[0])));
+        assert!(!cache.is_compact());
+    }
+
+    #[tokio::test]
+    async fn wait_until_ready_resolves_on_sync_and_fails_when_closed() {
+        let (_shelf, cache, tx) = cache(true);
+        tx.send_replace(true);
+        assert!(cache.wait_until_ready().await.is_ok());
+        let (_shelf, cache, tx) = super::tests::cache(true);
+        drop(tx);
+        let err = cache.wait_until_ready().await.err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("the cache of ConfigMap.v1 was dropped before it synced")
+        );
+    }
+}
