@@ -203,6 +203,33 @@ async fn rolling_update_respects_max_unavailable_and_surge_then_undo() {
             max_total: 0,
         },
     )));
+    // And the ReplicaSets' desired replicas: maxSurge bounds their sum (kube's
+    // guarantee; pods of a ReplicaSet just scaled down may still exist for
+    // the moment its controller takes to delete them, on kube as here).
+    let max_desired = Arc::new(Mutex::new((BTreeMap::<String, i32>::new(), 0i32)));
+    let rs_api: Api<ReplicaSet> = Api::default_namespaced(env.client.clone());
+    let md = max_desired.clone();
+    let rs_watch = tokio::spawn(async move {
+        let mut s = std::pin::pin!(watcher(
+            rs_api,
+            watcher::Config::default().labels("app=roll")
+        ));
+        while let Some(ev) = s.next().await {
+            let mut g = md.lock().expect("lock");
+            match ev {
+                Ok(watcher::Event::InitApply(r) | watcher::Event::Apply(r)) => {
+                    let n = r.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                    g.0.insert(r.metadata.name.clone().unwrap_or_default(), n);
+                }
+                Ok(watcher::Event::Delete(r)) => {
+                    g.0.remove(&r.metadata.name.clone().unwrap_or_default());
+                }
+                _ => continue,
+            }
+            let sum: i32 = g.0.values().sum();
+            g.1 = g.1.max(sum);
+        }
+    });
     let pods: Api<Pod> = Api::default_namespaced(env.client.clone());
     let st = state.clone();
     let watch = tokio::spawn(async move {
@@ -247,17 +274,23 @@ async fn rolling_update_respects_max_unavailable_and_surge_then_undo() {
     .expect("set image");
     let d = wait_rollout(&api, "roll").await;
     watch.abort();
+    rs_watch.abort();
     let (min_ready, max_total) = {
         let g = state.lock().expect("lock");
         (g.1.min_ready, g.1.max_total)
     };
+    let max_desired = max_desired.lock().expect("lock").1;
     assert!(
         min_ready >= 3,
         "ready pods dropped to {min_ready} (< replicas - maxUnavailable = 3)"
     );
     assert!(
-        max_total <= 5,
-        "{max_total} pods existed at once (> replicas + maxSurge = 5)"
+        max_desired <= 5,
+        "the ReplicaSets asked for {max_desired} pods at once (> replicas + maxSurge = 5)"
+    );
+    assert!(
+        max_total > 4,
+        "the rollout never surged ({max_total} pods at most): maxSurge 1 allows a fifth pod"
     );
     assert_eq!(
         d.metadata

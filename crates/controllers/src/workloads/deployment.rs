@@ -61,6 +61,12 @@ fn available_of(rs: &ReplicaSet) -> i32 {
         .and_then(|s| s.available_replicas)
         .unwrap_or(0)
 }
+/// Available replicas, never more than the ReplicaSet is scaled to: right
+/// after a scale-down its status still counts the pods being removed, and
+/// trusting it would let a second pass scale down below minAvailable.
+fn available_capped(rs: &ReplicaSet) -> i32 {
+    available_of(rs).min(replicas_of(rs))
+}
 fn ready_of(rs: &ReplicaSet) -> i32 {
     rs.status
         .as_ref()
@@ -696,7 +702,7 @@ impl Sync<'_> {
         let all_pods: i32 = self.rss.iter().map(replicas_of).sum();
         let min_available = self.plan.replicas - self.plan.max_unavailable;
         let new_unavailable = self.new.map_or(0, |n| {
-            replicas_of(&self.rss[n]) - available_of(&self.rss[n])
+            replicas_of(&self.rss[n]) - available_capped(&self.rss[n])
         });
         let max_scaled_down = all_pods - min_available - new_unavailable;
         if max_scaled_down <= 0 {
@@ -718,7 +724,7 @@ impl Sync<'_> {
             cleaned += down;
         }
         // Then healthy ones, keeping minAvailable.
-        let available: i32 = self.rss.iter().map(available_of).sum();
+        let available: i32 = self.rss.iter().map(available_capped).sum();
         let mut scaled = 0;
         if available > min_available {
             let total = available - min_available;
