@@ -1,5 +1,5 @@
 //! The kube-rs client of the commands that run against any cluster
-//! (`kubeforge scheduler`, `kubeforge operator`): from `--kubeconfig` when
+//! (`kubeforge scheduler`, `kubeforge operator`, `kubeforge webhook`): from `--kubeconfig` when
 //! given, else kube-rs's usual inference ($KUBECONFIG, ~/.kube/config,
 //! in-cluster service account).
 

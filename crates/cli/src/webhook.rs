@@ -121,24 +121,8 @@ pub async fn run(args: WebhookArgs) -> Result<()> {
     }
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("loading the kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer().await.context(
-            "no cluster configuration found: pass --kubeconfig, set KUBECONFIG, or run `kubeforge up`",
-        )?,
-    };
-    kube::Client::try_from(config).context("building the Kubernetes client")
-}
-
 async fn serve(a: ServeArgs) -> Result<()> {
-    let client = client(a.kubeconfig.as_ref()).await?;
+    let client = crate::kubeclient::client(a.kubeconfig.as_deref()).await?;
     let opts = ServerOptions {
         listen: a.listen,
         cert_dir: a.cert_dir.clone(),
