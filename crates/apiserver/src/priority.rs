@@ -38,8 +38,14 @@ const HIGHEST_USER_PRIORITY: i64 = 1_000_000_000;
 
 const PREEMPT_LOWER: &str = "PreemptLowerPriority";
 
-fn class_key(name: &str) -> String {
-    format!("/registry/scheduling.k8s.io/priorityclasses/{name}")
+/// The storage key of class `name` (the collection prefix for ""), from
+/// the registry's row, so it follows the row's storage location.
+fn class_key(ctx: &Ctx<'_>, name: &str) -> Option<String> {
+    let def = ctx
+        .server
+        .registry()
+        .get("scheduling.k8s.io", "v1", "priorityclasses")?;
+    Some(def.key(None, name))
 }
 
 /// Whether `ctx` addresses PriorityClasses.
@@ -69,14 +75,14 @@ pub(crate) async fn ensure_system_classes(server: &ApiServer) -> ApiResult<()> {
 
 /// The class named `name` as stored, if any.
 fn class(ctx: &Ctx<'_>, name: &str) -> Option<Value> {
-    let kv = ctx.server.store().get(&class_key(name))?;
+    let kv = ctx.server.store().get(&class_key(ctx, name)?)?;
     serde_json::from_slice(&kv.value).ok()
 }
 
 /// The `globalDefault` class with the lowest value (kube picks that one if
 /// several exist, which admission prevents), if any.
 fn global_default(ctx: &Ctx<'_>) -> Option<Value> {
-    let prefix = class_key("");
+    let prefix = class_key(ctx, "")?;
     let page = ctx.server.store().range(&prefix, None, 0);
     // Every pod create asks: parse only the classes that can match (stored
     // objects are compact JSON, so the flag appears exactly like this).
