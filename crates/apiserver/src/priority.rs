@@ -86,10 +86,10 @@ fn global_default(ctx: &Ctx<'_>) -> Option<Value> {
     let page = ctx.server.store().range(&prefix, None, 0);
     // Every pod create asks: parse only the classes that can match (stored
     // objects are compact JSON, so the flag appears exactly like this).
-    let flag = b"\"globalDefault\":true";
+    let flag = "\"globalDefault\":true";
     page.kvs
         .iter()
-        .filter(|kv| kv.value.windows(flag.len()).any(|w| w == flag))
+        .filter(|kv| std::str::from_utf8(&kv.value).is_ok_and(|s| s.contains(flag)))
         .filter_map(|kv| serde_json::from_slice::<Value>(&kv.value).ok())
         .filter(|c| c.get("globalDefault").and_then(Value::as_bool) == Some(true))
         .min_by_key(|c| c.get("value").and_then(Value::as_i64).unwrap_or(0))

@@ -674,6 +674,12 @@ pub(crate) fn check_namespace(ctx: &Ctx<'_>, name: &str) -> ApiResult<()> {
         metadata: Meta,
         status: Status,
     }
+    // Stored objects are compact JSON: a namespace neither being deleted
+    // nor terminating names neither field, so most creates parse nothing.
+    let text = std::str::from_utf8(&kv.value).unwrap_or_default();
+    if !text.contains("\"deletionTimestamp\"") && !text.contains("\"Terminating\"") {
+        return Ok(());
+    }
     let ns_obj: Ns = serde_json::from_slice(&kv.value).unwrap_or_default();
     if ns_obj.metadata.deletion_timestamp.is_some()
         || ns_obj.status.phase.as_deref() == Some("Terminating")

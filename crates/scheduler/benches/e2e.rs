@@ -14,6 +14,11 @@ use kube::api::{Api, PostParams};
 use kubeforge_scheduler::SchedulerBuilder;
 use serde_json::json;
 
+// The allocator `kubeforge up` (which embeds this server and scheduler)
+// uses, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let pods: usize = std::env::args()
         .skip(1)
