@@ -1302,6 +1302,166 @@ fn added_whole(v: &Value, ty: &Ty<'_>) -> FieldSet {
     out
 }
 
+/// A field-set node rendered as FieldsV1 while it is built: what
+/// [`created_fields`] followed by [`strip_meta`] and
+/// [`FieldSet::into_fields_v1`] give, without the intermediate trie (every
+/// create of an untracked object takes this path).
+#[derive(Default)]
+struct V1 {
+    member: bool,
+    children: Map<String, Value>,
+}
+
+impl V1 {
+    fn is_empty(&self) -> bool {
+        !self.member && self.children.is_empty()
+    }
+
+    fn into_value(self) -> Value {
+        let mut m = self.children;
+        if self.member && !m.is_empty() {
+            m.insert(".".into(), Value::Object(Map::new()));
+        }
+        Value::Object(m)
+    }
+}
+
+/// The metadata fields kube never tracks (see [`strip_meta`]).
+const STRIPPED_META: [&str; 9] = [
+    "name",
+    "namespace",
+    "creationTimestamp",
+    "selfLink",
+    "uid",
+    "clusterName",
+    "generation",
+    "managedFields",
+    "resourceVersion",
+];
+
+/// The FieldsV1 of a create with no earlier managers: `created_fields`
+/// with kube's stripped fields removed, rendered directly.
+fn created_fields_v1(obj: &Value, ty: &Ty<'_>, scope: Scope) -> Map<String, Value> {
+    let mut out = Map::new();
+    let Some(m) = obj.as_object() else {
+        return out;
+    };
+    let custom = matches!(ty, Ty::Custom(..));
+    let keep = |k: &str| scope.keeps(k) && k != "metadata";
+    v1_created_children(
+        m,
+        ty,
+        !custom,
+        true,
+        &keep,
+        &["apiVersion", "kind"],
+        &mut out,
+    );
+    if scope.keeps("metadata")
+        && let Some(meta) = m.get("metadata").and_then(Value::as_object)
+    {
+        let mut c = Map::new();
+        v1_created_children(
+            meta,
+            &ty.child("metadata"),
+            !custom,
+            false,
+            &|k| k != "managedFields",
+            &STRIPPED_META,
+            &mut c,
+        );
+        if !c.is_empty() {
+            out.insert(field_pe("metadata"), Value::Object(c));
+        }
+    }
+    out
+}
+
+/// [`created_children`], rendering into `out`; the members of `stripped`
+/// keys are dropped (their granular parts stay, as `strip_meta` does).
+fn v1_created_children(
+    m: &Map<String, Value>,
+    ty: &Ty<'_>,
+    in_skel: bool,
+    root: bool,
+    keep: &dyn Fn(&str) -> bool,
+    stripped: &[&str],
+    out: &mut Map<String, Value>,
+) {
+    for (k, v) in m {
+        if !keep(k) {
+            continue;
+        }
+        let cty = ty.child(k);
+        let mut c = if in_skel && in_skeleton(k, v, &cty, root) {
+            v1_created_struct(v, &cty)
+        } else {
+            v1_added_whole(v, &cty)
+        };
+        if stripped.contains(&k.as_str()) {
+            c.member = false;
+        }
+        if !c.is_empty() {
+            out.insert(field_pe(k), c.into_value());
+        }
+    }
+}
+
+/// [`created_struct`], rendered.
+fn v1_created_struct(v: &Value, ty: &Ty<'_>) -> V1 {
+    let Some(m) = v.as_object().filter(|m| !m.is_empty()) else {
+        return V1::default();
+    };
+    if ty.map_atomic() {
+        return V1 {
+            member: skeleton_walk(v, ty, false) != *v,
+            children: Map::new(),
+        };
+    }
+    let mut out = V1::default();
+    v1_created_children(m, ty, true, false, &|_| true, &[], &mut out.children);
+    out
+}
+
+/// [`added_whole`], rendered.
+fn v1_added_whole(v: &Value, ty: &Ty<'_>) -> V1 {
+    let mut out = V1 {
+        member: true,
+        children: Map::new(),
+    };
+    match v {
+        Value::Object(m) if !m.is_empty() && !ty.map_atomic() => {
+            for (k, cv) in m {
+                out.children
+                    .insert(field_pe(k), v1_added_whole(cv, &ty.child(k)).into_value());
+            }
+        }
+        Value::Array(a) if !a.is_empty() => {
+            let lk = ty.list_kind();
+            if matches!(lk, Lk::Atomic) {
+                return out;
+            }
+            let Ok(pes) = a
+                .iter()
+                .map(|item| item_pe(item, &lk, ty))
+                .collect::<Result<Vec<_>, _>>()
+            else {
+                return out;
+            };
+            let ity = ty.item();
+            for (pe, item) in pes.into_iter().zip(a) {
+                // Duplicates: the first item stands for them all.
+                if !out.children.contains_key(&pe) {
+                    out.children
+                        .insert(pe, v1_added_whole(item, &ity).into_value());
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
 // ---------------------------------------------------------------------------
 // Prune.
 
@@ -1736,6 +1896,28 @@ fn track(ctx: &Ctx<'_>, old: Option<&Value>, obj: &mut Value, sub: Sub) -> ApiRe
     let schema = Schema::for_ctx(ctx);
     let ty = schema.root();
     let scope = Scope::of(ctx, sub);
+    if old.is_none() && entries.is_empty() {
+        // A create with no managers yet: one entry, rendered directly.
+        let fields = created_fields_v1(obj, &ty, scope);
+        let meta = crate::object::meta_mut(obj);
+        if fields.is_empty() {
+            meta.remove("managedFields");
+        } else {
+            let mut e = Map::new();
+            e.insert("manager".into(), Value::String(manager));
+            e.insert("operation".into(), Value::String("Update".into()));
+            e.insert("apiVersion".into(), Value::String(ctx.def.api_version()));
+            e.insert("time".into(), Value::String(crate::object::now_rfc3339()));
+            e.insert("fieldsType".into(), Value::String("FieldsV1".into()));
+            e.insert("fieldsV1".into(), Value::Object(fields));
+            let subresource = subresource_name(sub);
+            if !subresource.is_empty() {
+                e.insert("subresource".into(), Value::String(subresource.into()));
+            }
+            meta.insert("managedFields".into(), Value::Array(vec![Value::Object(e)]));
+        }
+        return Ok(());
+    }
     let cmp = match old {
         Some(live) => compare_objects(live, obj, &ty, scope),
         None => Comparison {
@@ -2083,7 +2265,9 @@ mod tests {
     #[test]
     fn created_fields_match_the_skeleton_comparison() {
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "labels": {"a": "b"}, "annotations": {}, "finalizers": ["x", "x"],
+            "metadata": {"name": "p", "namespace": "n", "uid": "u", "generation": 1,
+                "creationTimestamp": "2026-01-01T00:00:00Z", "resourceVersion": "5",
+                "labels": {"a": "b"}, "annotations": {}, "finalizers": ["x", "x"],
                 "ownerReferences": [{"uid": "u1", "name": "o", "kind": "K", "apiVersion": "v1"}]},
             "spec": {"containers": [
                 {"name": "c", "image": "i", "ports": [{"containerPort": 80}, {"containerPort": 80}],
@@ -2121,6 +2305,14 @@ mod tests {
                 assert!(cmp.removed.is_empty());
                 let got = created_fields(&obj, &ty, scope);
                 assert_eq!(got.to_fields_v1(), want.to_fields_v1(), "{obj}");
+                // The direct rendering agrees with the trie after stripping.
+                let mut stripped = got;
+                strip_meta(&mut stripped);
+                assert_eq!(
+                    Value::Object(created_fields_v1(&obj, &ty, scope)),
+                    stripped.into_fields_v1(),
+                    "{obj}"
+                );
             }
         }
     }
