@@ -113,16 +113,16 @@ impl FitError {
 
     /// Plugins that rejected the pod on some node.
     pub fn unschedulable_plugins(&self) -> Vec<String> {
-        let mut v: Vec<String> = self
+        let mut v: Vec<&str> = self
             .statuses
             .values()
             .chain(self.pre_filter_status.iter())
-            .map(|s| s.plugin.clone())
+            .map(|s| s.plugin.as_str())
             .filter(|p| !p.is_empty())
             .collect();
-        v.sort();
+        v.sort_unstable();
         v.dedup();
-        v
+        v.into_iter().map(str::to_string).collect()
     }
 }
 
@@ -473,31 +473,42 @@ impl Framework {
         node: &NodeInfo,
         nominated: &[(String, Arc<PodInfo>)],
     ) -> Status {
-        // `nominated` is sorted by node name (the queue keeps it so): find
-        // this node's range instead of comparing every entry.
-        let lo = nominated.partition_point(|(n, _)| n.as_str() < node.name.as_str());
-        let extra: Vec<&Arc<PodInfo>> = nominated[lo..]
-            .iter()
-            .take_while(|(n, _)| n == &node.name)
-            .filter(|(_, p)| p.uid != pod.uid && p.priority >= pod.priority)
-            .map(|(_, p)| p)
-            .collect();
-        if !extra.is_empty() {
-            let mut with = node.clone();
-            let mut st = state.clone();
-            for p in extra {
-                with.add_pod(p.clone());
-                let s = self.run_pre_filter_add_pod(&mut st, pod, p, &with);
-                if !s.is_success() {
-                    return s;
+        let mut extra = nominated_on(pod, &node.name, nominated).peekable();
+        if extra.peek().is_some() {
+            // The node with its nominated pods, in a scratch copy that keeps
+            // its allocations from one call to the next; the cycle state is
+            // copied only when a PreFilter extension would change it.
+            let s = with_scratch(node, |with| {
+                let mut st = self.has_active_extensions(state).then(|| state.clone());
+                for p in extra {
+                    with.add_pod(p.clone());
+                    if let Some(st) = st.as_mut() {
+                        let s = self.run_pre_filter_add_pod(st, pod, p, with);
+                        if !s.is_success() {
+                            return s;
+                        }
+                    }
                 }
-            }
-            let s = self.run_filter(&st, pod, &with);
+                self.run_filter(st.as_ref().unwrap_or(state), pod, with)
+            });
             if !s.is_success() {
                 return s;
             }
         }
         self.run_filter(state, pod, node)
+    }
+
+    /// Whether a PreFilter extension (AddPod/RemovePod) runs in this cycle:
+    /// without one, adding or removing pods in a dry run leaves the cycle
+    /// state as it is, so it need not be copied.
+    pub fn has_active_extensions(&self, state: &CycleState) -> bool {
+        self.pre_filter.iter().any(|e| {
+            !state.skip_filter.contains(&e.name)
+                && e.plugin
+                    .as_pre_filter()
+                    .and_then(|p| p.extensions())
+                    .is_some()
+        })
     }
 
     /// Find feasible nodes: filter from a rotating start until enough are
@@ -924,6 +935,43 @@ impl Framework {
         }
         Status::success()
     }
+}
+
+/// The pods nominated to `node` that count when filtering `pod` there: the
+/// others' with at least its priority. `nominated` is sorted by node name.
+pub fn nominated_on<'n>(
+    pod: &'n PodInfo,
+    node: &'n str,
+    nominated: &'n [(String, Arc<PodInfo>)],
+) -> impl Iterator<Item = &'n Arc<PodInfo>> + 'n {
+    // Sorted by node name (the queue keeps it so): find this node's range
+    // instead of comparing every entry.
+    let lo = nominated.partition_point(|(n, _)| n.as_str() < node);
+    nominated[lo..]
+        .iter()
+        .take_while(move |(n, _)| n == node)
+        .filter(move |(_, p)| p.uid != pod.uid && p.priority >= pod.priority)
+        .map(|(_, p)| p)
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<NodeInfo> = std::cell::RefCell::new(NodeInfo::default());
+}
+
+/// Run `f` on a copy of `node` kept in a per-thread scratch info, so the
+/// copy reuses the last one's allocations (a fresh copy if it is in use).
+fn with_scratch<R>(node: &NodeInfo, f: impl FnOnce(&mut NodeInfo) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => {
+            scratch.clone_from(node);
+            let r = f(&mut scratch);
+            // Do not keep the node's objects alive until the next call.
+            scratch.node = None;
+            scratch.pods.clear();
+            r
+        }
+        Err(_) => f(&mut node.clone()),
+    })
 }
 
 /// Run resolved filters on one node, stopping at the first rejection: its
