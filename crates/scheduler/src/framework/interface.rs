@@ -361,8 +361,9 @@ pub trait FilterPlugin: Plugin {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
 }
 
-/// Why each node was rejected, by node name.
-pub type NodeToStatus = HashMap<String, Status>;
+/// Why each node was rejected, by node name (the node's shared name,
+/// [`NodeInfo::id`], so recording a status copies no string).
+pub type NodeToStatus = HashMap<Arc<str>, Status>;
 
 /// What a PostFilter achieved.
 #[derive(Debug, Clone, Default)]

@@ -537,7 +537,7 @@ impl Framework {
                     } else if s.code == Code::Error {
                         return Err(s);
                     } else {
-                        statuses.insert(node.name.clone(), s);
+                        statuses.insert(node.id.clone(), s);
                     }
                 }
             }
@@ -545,7 +545,7 @@ impl Framework {
             for node in nodes {
                 if !names.contains(&node.name) {
                     statuses.insert(
-                        node.name.clone(),
+                        node.id.clone(),
                         Status::unresolvable("node(s) didn't satisfy plugin(s) [PreFilter]"),
                     );
                 }
@@ -619,7 +619,7 @@ impl Framework {
                     } else {
                         self.run_filter_with_nominated(state, pod, node, nominated)
                     };
-                    statuses.insert(node.name.clone(), s);
+                    statuses.insert(node.id.clone(), s);
                 }
             }
         }
@@ -643,10 +643,10 @@ impl Framework {
             match ext.filter(pod, &feasible) {
                 Ok(result) => {
                     for (n, msg) in result.failed {
-                        statuses.insert(n, Status::unschedulable(msg).with_plugin("Extender"));
+                        statuses.insert(n.into(), Status::unschedulable(msg).with_plugin("Extender"));
                     }
                     for (n, msg) in result.failed_unresolvable {
-                        statuses.insert(n, Status::unresolvable(msg).with_plugin("Extender"));
+                        statuses.insert(n.into(), Status::unresolvable(msg).with_plugin("Extender"));
                     }
                     feasible = result
                         .node_names
@@ -1011,11 +1011,11 @@ mod tests {
     fn histogram_is_sorted() {
         let mut m = NodeToStatus::new();
         for i in 0..3 {
-            m.insert(format!("a{i}"), Status::unschedulable("Insufficient cpu"));
+            m.insert(format!("a{i}").into(), Status::unschedulable("Insufficient cpu"));
         }
         for i in 0..2 {
             m.insert(
-                format!("b{i}"),
+                format!("b{i}").into(),
                 Status::unschedulable("node(s) had untolerated taint {k: v}"),
             );
         }

@@ -296,10 +296,10 @@ impl DefaultPreemption {
                 if !any_unresolvable {
                     return true;
                 }
-                match statuses.get(&node.name) {
+                match statuses.get(node.name.as_str()) {
                     Some(s) if s.code == Code::UnschedulableAndUnresolvable => {
                         not_helpful.insert(
-                            node.name.clone(),
+                            node.id.clone(),
                             Status::unresolvable("Preemption is not helpful for scheduling"),
                         );
                         false
@@ -342,7 +342,7 @@ impl DefaultPreemption {
                 }
                 None => {
                     statuses_out.insert(
-                        node.name.clone(),
+                        node.id.clone(),
                         Status::unschedulable("No preemption victims found for incoming pod"),
                     );
                 }
