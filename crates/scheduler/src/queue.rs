@@ -57,12 +57,12 @@ pub struct SchedulingQueue {
     cycle: u64,
     move_cycle: u64,
     last_flush: Instant,
-    nominated: HashMap<String, (String, Arc<PodInfo>)>,
+    nominated: HashMap<String, (Arc<str>, Arc<PodInfo>)>,
     nominated_cache: Option<Nominated>,
 }
 
 /// Pods nominated by preemption as (node, pod), sorted by node name.
-pub type Nominated = Arc<[(String, Arc<PodInfo>)]>;
+pub type Nominated = Arc<[(Arc<str>, Arc<PodInfo>)]>;
 
 impl SchedulingQueue {
     /// A queue ordered by `sort` (a QueueSort plugin).
@@ -410,7 +410,7 @@ impl SchedulingQueue {
         let cleared: Vec<String> = self
             .nominated
             .iter()
-            .filter(|(u, (n, p))| n == node && p.priority < pod.priority && **u != pod.uid)
+            .filter(|(u, (n, p))| **n == *node && p.priority < pod.priority && **u != pod.uid)
             .map(|(u, _)| u.clone())
             .collect();
         let mut out = Vec::new();
@@ -420,7 +420,7 @@ impl SchedulingQueue {
             }
         }
         self.nominated
-            .insert(pod.uid.clone(), (node.to_string(), pod));
+            .insert(pod.uid.clone(), (Arc::from(node), pod));
         self.nominated_cache = None;
         out
     }
@@ -438,7 +438,7 @@ impl SchedulingQueue {
         match &self.nominated_cache {
             Some(c) => c.clone(),
             None => {
-                let mut v: Vec<(String, Arc<PodInfo>)> = self.nominated.values().cloned().collect();
+                let mut v: Vec<(Arc<str>, Arc<PodInfo>)> = self.nominated.values().cloned().collect();
                 v.sort_by(|a, b| a.0.cmp(&b.0));
                 let c: Nominated = v.into();
                 self.nominated_cache = Some(c.clone());

@@ -381,7 +381,7 @@ pub struct PostFilterContext<'a> {
     pub snapshot: &'a Snapshot,
     /// Pods nominated to nodes by earlier preemptions: (node, pod), sorted
     /// by node name.
-    pub nominated: &'a [(String, Arc<PodInfo>)],
+    pub nominated: &'a [(Arc<str>, Arc<PodInfo>)],
 }
 
 /// **PostFilter**: runs only when no node passed Filter (DefaultPreemption

@@ -471,7 +471,7 @@ impl Framework {
         state: &CycleState,
         pod: &PodInfo,
         node: &NodeInfo,
-        nominated: &[(String, Arc<PodInfo>)],
+        nominated: &[(Arc<str>, Arc<PodInfo>)],
     ) -> Status {
         let mut extra = nominated_on(pod, &node.name, nominated).peekable();
         if extra.peek().is_some() {
@@ -519,7 +519,7 @@ impl Framework {
         pod: &PodInfo,
         snapshot: &'a Snapshot,
         allowed: Option<&[String]>,
-        nominated: &[(String, Arc<PodInfo>)],
+        nominated: &[(Arc<str>, Arc<PodInfo>)],
     ) -> Result<(Vec<&'a NodeInfo>, NodeToStatus), Status> {
         let nodes = snapshot.nodes();
         let n = nodes.len();
@@ -942,14 +942,14 @@ impl Framework {
 pub fn nominated_on<'n>(
     pod: &'n PodInfo,
     node: &'n str,
-    nominated: &'n [(String, Arc<PodInfo>)],
+    nominated: &'n [(Arc<str>, Arc<PodInfo>)],
 ) -> impl Iterator<Item = &'n Arc<PodInfo>> + 'n {
     // Sorted by node name (the queue keeps it so): find this node's range
     // instead of comparing every entry.
-    let lo = nominated.partition_point(|(n, _)| n.as_str() < node);
+    let lo = nominated.partition_point(|(n, _)| **n < *node);
     nominated[lo..]
         .iter()
-        .take_while(move |(n, _)| n == node)
+        .take_while(move |(n, _)| **n == *node)
         .filter(move |(_, p)| p.uid != pod.uid && p.priority >= pod.priority)
         .map(|(_, p)| p)
 }

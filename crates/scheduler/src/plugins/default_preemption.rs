@@ -596,7 +596,7 @@ mod tests {
     fn compare(
         core: &SchedulerCore,
         preemptor: Pod,
-        nominated: &[(String, Arc<PodInfo>)],
+        nominated: &[(Arc<str>, Arc<PodInfo>)],
         args: serde_json::Value,
     ) -> [Option<(String, Vec<String>, usize)>; 3] {
         let fw: &Framework = core.profile("default-scheduler").unwrap();
@@ -665,7 +665,7 @@ mod tests {
                     disruptions_allowed: rng.next(3) as i32,
                 }];
             }
-            let mut nominated: Vec<(String, Arc<PodInfo>)> = (0..rng.next(4))
+            let mut nominated: Vec<(Arc<str>, Arc<PodInfo>)> = (0..rng.next(4))
                 .map(|k| {
                     let p = pod(
                         &format!("nom{k}"),
@@ -676,7 +676,7 @@ mod tests {
                         json!({}),
                     );
                     (
-                        format!("n{}", rng.next(nodes)),
+                        Arc::from(format!("n{}", rng.next(nodes))),
                         Arc::new(PodInfo::new(Arc::new(p))),
                     )
                 })
