@@ -98,3 +98,94 @@ pub(crate) fn register_in_tree(r: &mut Registry) {
         ok(default_binder::DefaultBinder::new(h.client.clone()))
     });
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    //! The default plugins take part in every point they implement, as
+    //! kube-scheduler's do (a PreFilter/PreScore that is not wired is never
+    //! asked whether its Filter/Score can be skipped).
+
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+
+    use crate::{CycleOutcome, Input, SchedulerBuilder};
+
+    fn names(list: &[(&'static str, Vec<(String, i64)>)], point: &str) -> Vec<String> {
+        list.iter()
+            .find(|(p, _)| *p == point)
+            .map(|(_, v)| v.iter().map(|(n, _)| n.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn skippable_points_are_wired_and_still_decide() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut core = SchedulerBuilder::without_client()
+            .build_core(rt.handle().clone())
+            .unwrap();
+        let enabled = core.profile("default-scheduler").unwrap().enabled();
+        let pre_filter = names(&enabled, "preFilter");
+        let pre_score = names(&enabled, "preScore");
+        for p in ["NodePorts", "NodeAffinity", "NodeName"] {
+            assert!(pre_filter.contains(&p.to_string()), "{pre_filter:?}");
+        }
+        for p in ["NodeAffinity", "TaintToleration"] {
+            assert!(pre_score.contains(&p.to_string()), "{pre_score:?}");
+        }
+        let node = |name: &str, extra: serde_json::Value| {
+            let mut n = json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}});
+            if let Some(spec) = extra.get("spec") {
+                n["spec"] = spec.clone();
+            }
+            let n: Node = serde_json::from_value(n).unwrap();
+            Input::NodeApply(Arc::new(n))
+        };
+        let pod = |name: &str, spec: serde_json::Value| {
+            let mut spec = spec;
+            spec["containers"] = json!([{"name": "c"}]);
+            if let Some(ports) = spec.get("ports").cloned() {
+                spec["containers"][0]["ports"] = ports;
+                spec.as_object_mut().unwrap().remove("ports");
+            }
+            let p: Pod = serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "d", "uid": name}, "spec": spec}))
+            .unwrap();
+            Input::PodApply(Arc::new(p))
+        };
+        // a PreferNoSchedule taint still steers pods away (PreScore wired)
+        core.handle_input(node(
+            "soft-tainted",
+            json!({"spec": {"taints": [{"key": "k", "value": "v", "effect": "PreferNoSchedule"}]}}),
+        ));
+        core.handle_input(node("clean", json!({})));
+        for i in 0..4 {
+            core.handle_input(pod(&format!("p{i}"), json!({})));
+            assert_eq!(
+                core.schedule_one(),
+                Some(CycleOutcome::Assumed("clean".into()))
+            );
+        }
+        // a host port in use still rejects the node (NodePorts' PreFilter
+        // only skips pods without host ports)
+        core.handle_input(pod(
+            "web1",
+            json!({"nodeName": "clean", "ports": [{"containerPort": 80, "hostPort": 8080}]}),
+        ));
+        core.handle_input(pod(
+            "web2",
+            json!({"ports": [{"containerPort": 80, "hostPort": 8080}],
+            "tolerations": [{"key": "k", "operator": "Exists"}]}),
+        ));
+        assert_eq!(
+            core.schedule_one(),
+            Some(CycleOutcome::Assumed("soft-tainted".into()))
+        );
+    }
+}

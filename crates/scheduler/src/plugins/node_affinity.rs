@@ -134,7 +134,7 @@ pub struct NodeAffinity;
 plugin!(
     NodeAffinity,
     "NodeAffinity",
-    [pre_filter, filter, score],
+    [pre_filter, filter, pre_score, score],
     events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate]
 );
 

@@ -12,7 +12,7 @@ pub struct TaintToleration;
 plugin!(
     TaintToleration,
     "TaintToleration",
-    [filter, score],
+    [filter, pre_score, score],
     events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate]
 );
 
