@@ -7,6 +7,7 @@
 //! start among the highest-priority victims → first found.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 
@@ -39,6 +40,11 @@ pub struct DefaultPreemption {
     /// Stop the dry runs at a candidate no other could beat (off only in
     /// tests comparing with the full search).
     early_exit: bool,
+    /// Picks where the dry runs start (xorshift64*, as kube-scheduler
+    /// draws a random offset per attempt).
+    rng: AtomicU64,
+    /// A fixed start instead (tests comparing two searches).
+    fixed_offset: Option<usize>,
 }
 plugin!(DefaultPreemption, "DefaultPreemption", [post_filter]);
 
@@ -66,7 +72,24 @@ impl DefaultPreemption {
             pct: pct as usize,
             abs: abs as usize,
             early_exit: true,
+            rng: AtomicU64::new(0x9E37_79B9_7F4A_7C15),
+            fixed_offset: None,
         })
+    }
+
+    /// Where this attempt's dry runs start among `n` nodes: random, so
+    /// pods preempting one after another do not all try the same nodes
+    /// first (kube-scheduler's `GetOffsetAndNumCandidates`).
+    fn offset(&self, n: usize) -> usize {
+        if let Some(o) = self.fixed_offset {
+            return o % n;
+        }
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.store(x, Ordering::Relaxed);
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % n
     }
 }
 
@@ -317,8 +340,7 @@ impl DefaultPreemption {
         let want = (potential.len() * self.pct / 100)
             .max(self.abs)
             .min(potential.len());
-        let offset =
-            (pod.start_time.unsigned_abs() as usize).wrapping_add(pod.uid.len()) % potential.len();
+        let offset = self.offset(potential.len());
         let mut candidates = Vec::new();
         let mut statuses_out = not_helpful;
         let mut scratch = NodeInfo::default();
@@ -510,8 +532,7 @@ mod tests {
         let want = (potential.len() * plugin.pct / 100)
             .max(plugin.abs)
             .min(potential.len());
-        let offset =
-            (pod.start_time.unsigned_abs() as usize).wrapping_add(pod.uid.len()) % potential.len();
+        let offset = plugin.offset(potential.len());
         let mut candidates = Vec::new();
         for i in 0..potential.len() {
             let node = potential[(offset + i) % potential.len()];
@@ -598,6 +619,7 @@ mod tests {
         preemptor: Pod,
         nominated: &[(Arc<str>, Arc<PodInfo>)],
         args: serde_json::Value,
+        offset: usize,
     ) -> [Option<(String, Vec<String>, usize)>; 3] {
         let fw: &Framework = core.profile("default-scheduler").unwrap();
         let snapshot = core.cache().snapshot();
@@ -610,6 +632,7 @@ mod tests {
             nominated,
         };
         let mut plugin = DefaultPreemption::new(Some(&args), fw.handle()).unwrap();
+        plugin.fixed_offset = Some(offset);
         let fast = plugin
             .find_candidate(&ctx, &state, &pod, &NodeToStatus::new())
             .ok();
@@ -704,7 +727,8 @@ mod tests {
             } else {
                 json!({"minCandidateNodesAbsolute": 1 + rng.next(5), "minCandidateNodesPercentage": rng.next(30)})
             };
-            let [fast, full, reference] = compare(&c, preemptor, &nominated, args);
+            let [fast, full, reference] =
+                compare(&c, preemptor, &nominated, args, rng.next(64) as usize);
             assert_eq!(full, reference, "round {round}: the full search");
             assert_eq!(fast, reference, "round {round}: with the early stop");
             if fast.is_some() {
@@ -735,10 +759,15 @@ mod tests {
             );
             c.handle_input(Input::PodApply(Arc::new(p)));
         }
-        for name in ["hi", "hig", "high"] {
-            // different uid lengths: different starting offsets
-            let [fast, full, reference] =
-                compare(&c, pod(name, 1000, 100, 0, "a", json!({})), &[], json!({}));
+        for offset in 0..3 {
+            // wherever the dry runs start
+            let [fast, full, reference] = compare(
+                &c,
+                pod("hi", 1000, 100, 0, "a", json!({})),
+                &[],
+                json!({}),
+                offset,
+            );
             assert_eq!(fast, reference);
             assert_eq!(full, reference);
             assert_eq!(fast, Some(("n1".to_string(), vec!["low1".to_string()], 0)));
