@@ -40,6 +40,8 @@ pub fn num_feasible_nodes_to_find(percentage: i32, n: usize) -> usize {
 
 struct Entry {
     name: String,
+    /// The name again, shared by the statuses this plugin returns.
+    id: Arc<str>,
     plugin: Arc<dyn Plugin>,
     weight: i64,
 }
@@ -117,7 +119,7 @@ impl FitError {
             .statuses
             .values()
             .chain(self.pre_filter_status.iter())
-            .map(|s| s.plugin.as_str())
+            .map(|s| &*s.plugin)
             .filter(|p| !p.is_empty())
             .collect();
         v.sort_unstable();
@@ -128,7 +130,7 @@ impl FitError {
 
 /// "0/N nodes are available: <count> <reason>, …." with the reasons sorted.
 pub fn histogram_message(n: usize, statuses: &NodeToStatus) -> String {
-    let mut counts: HashMap<&str, usize> = HashMap::new();
+    let mut counts: HashMap<&str, usize, super::topology_counts::FastBuild> = HashMap::default();
     for s in statuses.values() {
         for r in &s.reasons {
             *counts.entry(r.as_ref()).or_default() += 1;
@@ -248,6 +250,7 @@ impl Framework {
                     ));
                 }
                 list.push(Entry {
+                    id: Arc::from(name.as_str()),
                     name,
                     plugin: plugin.clone(),
                     weight,
@@ -355,7 +358,7 @@ impl Framework {
             if let Some(p) = e.plugin.as_pre_enqueue() {
                 let s = p.pre_enqueue(pod);
                 if !s.is_success() {
-                    return s.with_plugin(&e.name);
+                    return s.with_plugin_id(&e.id);
                 }
             }
         }
@@ -382,7 +385,7 @@ impl Framework {
                     state.skip_filter.push(e.name.clone());
                     continue;
                 }
-                _ => return Err(status.with_plugin(&e.name)),
+                _ => return Err(status.with_plugin_id(&e.id)),
             }
             if let Some(names) = result.and_then(|r| r.node_names) {
                 allowed = Some(match allowed {
@@ -415,7 +418,7 @@ impl Framework {
             if let Some(x) = e.plugin.as_pre_filter().and_then(|p| p.extensions()) {
                 let s = x.add_pod(state, pod, to_add, node);
                 if !s.is_success() {
-                    return s.with_plugin(&e.name);
+                    return s.with_plugin_id(&e.id);
                 }
             }
         }
@@ -437,7 +440,7 @@ impl Framework {
             if let Some(x) = e.plugin.as_pre_filter().and_then(|p| p.extensions()) {
                 let s = x.remove_pod(state, pod, to_remove, node);
                 if !s.is_success() {
-                    return s.with_plugin(&e.name);
+                    return s.with_plugin_id(&e.id);
                 }
             }
         }
@@ -453,7 +456,7 @@ impl Framework {
             if let Some(p) = e.plugin.as_filter() {
                 let s = p.filter(state, pod, node);
                 if !s.is_success() {
-                    return s.with_plugin(&e.name);
+                    return s.with_plugin_id(&e.id);
                 }
             }
         }
@@ -523,7 +526,7 @@ impl Framework {
     ) -> Result<(Vec<&'a NodeInfo>, NodeToStatus), Status> {
         let nodes = snapshot.nodes();
         let n = nodes.len();
-        let mut statuses = NodeToStatus::new();
+        let mut statuses = NodeToStatus::default();
         let mut feasible: Vec<&NodeInfo> = Vec::new();
         if n == 0 {
             return Ok((feasible, statuses));
@@ -555,12 +558,12 @@ impl Framework {
             let start = self.next_start.load(Ordering::Relaxed) % n;
             let mut processed = 0;
             // The filters this pod runs, resolved once rather than per node.
-            let active: Vec<(&str, &dyn FilterPlugin)> = self
+            let active: Vec<(&Arc<str>, &dyn FilterPlugin)> = self
                 .filter
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| *i >= 64 || state.filter_skip_mask & (1 << i) == 0)
-                .filter_map(|(_, e)| e.plugin.as_filter().map(|p| (e.name.as_str(), p)))
+                .filter_map(|(_, e)| e.plugin.as_filter().map(|p| (&e.id, p)))
                 .collect();
             let no_filters = active.is_empty();
             // Rejected nodes are only remembered by index; their statuses are
@@ -606,13 +609,14 @@ impl Framework {
             self.next_start
                 .store((start + processed) % n, Ordering::Relaxed);
             if feasible.is_empty() || !self.extenders.is_empty() {
+                statuses.reserve(failed.len());
                 for idx in failed {
                     let node = &nodes[idx as usize];
                     let s = if nominated.is_empty() {
                         match run_filters(&active, state, pod, node) {
                             Ok(()) => continue,
                             Err((f, s)) => match active.get(f) {
-                                Some((name, _)) => s.with_plugin(name),
+                                Some((name, _)) => s.with_plugin_id(name),
                                 None => s,
                             },
                         }
@@ -643,10 +647,12 @@ impl Framework {
             match ext.filter(pod, &feasible) {
                 Ok(result) => {
                     for (n, msg) in result.failed {
-                        statuses.insert(n.into(), Status::unschedulable(msg).with_plugin("Extender"));
+                        statuses
+                            .insert(n.into(), Status::unschedulable(msg).with_plugin("Extender"));
                     }
                     for (n, msg) in result.failed_unresolvable {
-                        statuses.insert(n.into(), Status::unresolvable(msg).with_plugin("Extender"));
+                        statuses
+                            .insert(n.into(), Status::unresolvable(msg).with_plugin("Extender"));
                     }
                     feasible = result
                         .node_names
@@ -683,18 +689,11 @@ impl Framework {
                 return (r, s);
             }
             if s.code == Code::Error {
-                return (None, s.with_plugin(&e.name));
+                return (None, s.with_plugin_id(&e.id));
             }
             messages.extend(s.reasons);
         }
-        (
-            None,
-            Status {
-                code: Code::Unschedulable,
-                reasons: messages,
-                plugin: String::new(),
-            },
-        )
+        (None, Status::with_reasons(Code::Unschedulable, messages))
     }
 
     /// Whether any PostFilter plugin is enabled.
@@ -719,7 +718,7 @@ impl Framework {
             match s.code {
                 Code::Success => {}
                 Code::Skip => state.skip_score.push(e.name.clone()),
-                _ => return Err(s.with_plugin(&e.name)),
+                _ => return Err(s.with_plugin_id(&e.id)),
             }
         }
         // One list of names for the plugins' NormalizeScore; the weighted
@@ -742,13 +741,13 @@ impl Framework {
             for (slot, n) in scores.iter_mut().zip(nodes) {
                 let (score, s) = p.score(state, pod, n);
                 if !s.is_success() {
-                    return Err(s.with_plugin(&e.name));
+                    return Err(s.with_plugin_id(&e.id));
                 }
                 slot.score = score;
             }
             let s = p.normalize(state, pod, &mut scores);
             if !s.is_success() {
-                return Err(s.with_plugin(&e.name));
+                return Err(s.with_plugin_id(&e.id));
             }
             for (t, s) in totals.iter_mut().zip(&scores) {
                 if !(0..=MAX_NODE_SCORE).contains(&s.score) {
@@ -756,7 +755,7 @@ impl Framework {
                         "plugin {} returns an invalid score {}, it should in the range of [0, 100] after normalizing",
                         e.name, s.score
                     ))
-                    .with_plugin(&e.name));
+                    .with_plugin_id(&e.id));
                 }
                 *t += s.score * e.weight;
             }
@@ -822,7 +821,7 @@ impl Framework {
             if let Some(p) = e.plugin.as_reserve() {
                 let s = p.reserve(state, pod, node);
                 if !s.is_success() {
-                    return s.with_plugin(&e.name);
+                    return s.with_plugin_id(&e.id);
                 }
             }
         }
@@ -858,7 +857,7 @@ impl Framework {
                     waiting.push(e.name.clone());
                     timeout = timeout.min(t);
                 }
-                _ => return PermitOutcome::Rejected(s.with_plugin(&e.name)),
+                _ => return PermitOutcome::Rejected(s.with_plugin_id(&e.id)),
             }
         }
         if waiting.is_empty() {
@@ -895,7 +894,7 @@ impl Framework {
             if let Some(p) = e.plugin.as_pre_bind() {
                 let s = p.pre_bind(state.clone(), pod.clone(), node.clone()).await;
                 if !s.is_success() && s.code != Code::Skip {
-                    return s.with_plugin(&e.name);
+                    return s.with_plugin_id(&e.id);
                 }
             }
         }
@@ -918,7 +917,7 @@ impl Framework {
                         continue;
                     }
                     if !s.is_success() {
-                        return s.with_plugin(&e.name);
+                        return s.with_plugin_id(&e.id);
                     }
                     handled = true;
                     break;
@@ -977,7 +976,7 @@ fn with_scratch<R>(node: &NodeInfo, f: impl FnOnce(&mut NodeInfo) -> R) -> R {
 /// Run resolved filters on one node, stopping at the first rejection: its
 /// index in `active` and its status (the plugin name is added later).
 fn run_filters(
-    active: &[(&str, &dyn FilterPlugin)],
+    active: &[(&Arc<str>, &dyn FilterPlugin)],
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,
@@ -1009,9 +1008,12 @@ mod tests {
 
     #[test]
     fn histogram_is_sorted() {
-        let mut m = NodeToStatus::new();
+        let mut m = NodeToStatus::default();
         for i in 0..3 {
-            m.insert(format!("a{i}").into(), Status::unschedulable("Insufficient cpu"));
+            m.insert(
+                format!("a{i}").into(),
+                Status::unschedulable("Insufficient cpu"),
+            );
         }
         for i in 0..2 {
             m.insert(

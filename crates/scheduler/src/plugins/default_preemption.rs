@@ -305,7 +305,7 @@ impl DefaultPreemption {
     ) -> Result<Candidate, Status> {
         let nodes = ctx.snapshot.nodes();
         let n = nodes.len();
-        let mut not_helpful = NodeToStatus::new();
+        let mut not_helpful = NodeToStatus::default();
         // Most cycles have no unresolvable node: then no per-node lookup.
         let any_unresolvable = statuses
             .values()
@@ -634,11 +634,11 @@ mod tests {
         let mut plugin = DefaultPreemption::new(Some(&args), fw.handle()).unwrap();
         plugin.fixed_offset = Some(offset);
         let fast = plugin
-            .find_candidate(&ctx, &state, &pod, &NodeToStatus::new())
+            .find_candidate(&ctx, &state, &pod, &NodeToStatus::default())
             .ok();
         plugin.early_exit = false;
         let full = plugin
-            .find_candidate(&ctx, &state, &pod, &NodeToStatus::new())
+            .find_candidate(&ctx, &state, &pod, &NodeToStatus::default())
             .ok();
         let reference = reference(&plugin, &ctx, &state, &pod);
         [key(&fast), key(&full), key(&reference)]

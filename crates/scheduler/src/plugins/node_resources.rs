@@ -271,11 +271,7 @@ impl FilterPlugin for NodeResourcesFit {
         if reasons.is_empty() {
             Status::success()
         } else {
-            Status {
-                code: crate::framework::Code::Unschedulable,
-                reasons,
-                plugin: String::new(),
-            }
+            Status::with_reasons(crate::framework::Code::Unschedulable, reasons)
         }
     }
 }
