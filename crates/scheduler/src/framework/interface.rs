@@ -383,6 +383,20 @@ pub trait PreFilterExtensions: Send + Sync {
 pub trait FilterPlugin: Plugin {
     /// Success when the pod fits the node.
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+
+    /// Filter's verdict without its reasons: `Ok(true)` exactly when
+    /// [`filter`](Self::filter) returns Success, `Err` with its status when it
+    /// returns Error, `Ok(false)` otherwise. The pass over all nodes asks
+    /// this (most nodes' reasons are never shown); a plugin whose rejection
+    /// builds a status per node may answer it more cheaply.
+    fn passes(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<bool, Status> {
+        let s = self.filter(state, pod, node);
+        match s.code {
+            Code::Success => Ok(true),
+            Code::Error => Err(s),
+            _ => Ok(false),
+        }
+    }
 }
 
 /// Why each node was rejected, by node name (the node's shared name,

@@ -578,32 +578,35 @@ impl Framework {
                 if node.node.is_none() {
                     continue;
                 }
+                // Only the verdict here: rejected nodes' statuses are
+                // worked out below when needed.
                 let r = if no_filters {
-                    Ok(())
-                } else if nominated.is_empty() {
-                    run_filters(&active, state, pod, node)
+                    Ok(true)
                 } else {
-                    // A node must pass with and without its nominated pods:
-                    // the plain run (no copies) settles most rejections;
-                    // the exact status is worked out below when needed.
-                    run_filters(&active, state, pod, node).and_then(|()| {
-                        let s = self.run_filter_with_nominated(state, pod, node, nominated);
-                        if s.is_success() {
-                            Ok(())
-                        } else {
-                            Err((usize::MAX, s))
+                    match pass_filters(&active, state, pod, node) {
+                        // A node must pass with and without its nominated
+                        // pods: the plain run (no copies) settles most
+                        // rejections.
+                        Ok(true) if !nominated.is_empty() => {
+                            let s = self.run_filter_with_nominated(state, pod, node, nominated);
+                            match s.code {
+                                Code::Success => Ok(true),
+                                Code::Error => Err(s),
+                                _ => Ok(false),
+                            }
                         }
-                    })
+                        r => r,
+                    }
                 };
                 match r {
-                    Ok(()) => {
+                    Ok(true) => {
                         feasible.push(node);
                         if feasible.len() >= want {
                             break;
                         }
                     }
-                    Err((_, s)) if s.code == Code::Error => return Err(s),
-                    Err(_) => failed.push(idx as u32),
+                    Ok(false) => failed.push(idx as u32),
+                    Err(s) => return Err(s),
                 }
             }
             self.next_start
@@ -971,6 +974,22 @@ fn with_scratch<R>(node: &NodeInfo, f: impl FnOnce(&mut NodeInfo) -> R) -> R {
         }
         Err(_) => f(&mut node.clone()),
     })
+}
+
+/// The resolved filters' verdict on one node without their reasons
+/// ([`FilterPlugin::passes`]): `Err` only for an Error status.
+fn pass_filters(
+    active: &[(&Arc<str>, &dyn FilterPlugin)],
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+) -> Result<bool, Status> {
+    for (_, p) in active {
+        if !p.passes(state, pod, node)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Run resolved filters on one node, stopping at the first rejection: its

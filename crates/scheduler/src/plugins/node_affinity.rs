@@ -175,11 +175,15 @@ impl PreFilterPlugin for NodeAffinity {
 }
 
 impl FilterPlugin for NodeAffinity {
-    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let fast = state
+    fn passes(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<bool, Status> {
+        Ok(state
             .read::<Compiled>(STATE_KEY)
-            .and_then(|c| c.matches(node));
-        if fast.unwrap_or_else(|| matches_required(pod, node)) {
+            .and_then(|c| c.matches(node))
+            .unwrap_or_else(|| matches_required(pod, node)))
+    }
+
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        if self.passes(state, pod, node).unwrap_or(false) {
             Status::success()
         } else {
             Status::unresolvable("node(s) didn't match Pod's node affinity/selector")
