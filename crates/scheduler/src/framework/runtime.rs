@@ -463,6 +463,23 @@ impl Framework {
         Status::success()
     }
 
+    /// Whether the pod passes every filter on this node: the verdict of
+    /// [`run_filter`](Self::run_filter) without building statuses (an Error
+    /// counts as not passing).
+    pub fn run_filter_passes(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> bool {
+        for (i, e) in self.filter.iter().enumerate() {
+            if i < 64 && state.filter_skip_mask & (1 << i) != 0 {
+                continue;
+            }
+            if let Some(p) = e.plugin.as_filter()
+                && !matches!(p.passes(state, pod, node), Ok(true))
+            {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Filter with the pods nominated to this node (by earlier preemptions,
     /// with at least this pod's priority) counted as if already there; the
     /// node must pass both with and without them. `nominated` is (node, pod)

@@ -241,9 +241,7 @@ fn fits(
             extended += 1;
         }
         if ok {
-            ok = fw
-                .run_filter(st.as_ref().unwrap_or(base), pod, info)
-                .is_success();
+            ok = fw.run_filter_passes(st.as_ref().unwrap_or(base), pod, info);
         }
         for i in (0..added).rev() {
             info.pop_pod();
@@ -255,8 +253,7 @@ fn fits(
             return false;
         }
     }
-    fw.run_filter(st.as_ref().unwrap_or(base), pod, info)
-        .is_success()
+    fw.run_filter_passes(st.as_ref().unwrap_or(base), pod, info)
 }
 
 /// The best key any candidate could have among `nodes` (kube-scheduler's
