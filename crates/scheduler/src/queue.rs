@@ -57,12 +57,14 @@ pub struct SchedulingQueue {
     cycle: u64,
     move_cycle: u64,
     last_flush: Instant,
-    nominated: HashMap<String, (String, Arc<PodInfo>)>,
-    nominated_cache: Option<Nominated>,
+    nominated: HashMap<String, (Arc<str>, Arc<PodInfo>)>,
+    /// The same nominations sorted by node name, kept so as they change
+    /// (copied only if a cycle still holds the previous list).
+    nominated_sorted: Nominated,
 }
 
 /// Pods nominated by preemption as (node, pod), sorted by node name.
-pub type Nominated = Arc<[(String, Arc<PodInfo>)]>;
+pub type Nominated = Arc<Vec<(Arc<str>, Arc<PodInfo>)>>;
 
 impl SchedulingQueue {
     /// A queue ordered by `sort` (a QueueSort plugin).
@@ -79,7 +81,7 @@ impl SchedulingQueue {
             move_cycle: 0,
             last_flush: Instant::now(),
             nominated: HashMap::new(),
-            nominated_cache: None,
+            nominated_sorted: Nominated::default(),
         }
     }
 
@@ -224,9 +226,7 @@ impl SchedulingQueue {
     /// Forget a pod (deleted, or bound elsewhere).
     pub fn delete(&mut self, uid: &str) {
         self.pods.remove(uid);
-        if self.nominated.remove(uid).is_some() {
-            self.nominated_cache = None;
-        }
+        self.unlist(uid);
     }
 
     /// The next pod to schedule.
@@ -407,44 +407,53 @@ impl SchedulingQueue {
     /// Record a nominated node (preemption); lower-priority nominations on
     /// the same node are cleared, as kube-scheduler does.
     pub fn nominate(&mut self, pod: Arc<PodInfo>, node: &str) -> Vec<Arc<PodInfo>> {
-        let cleared: Vec<String> = self
-            .nominated
+        self.unlist(&pod.uid);
+        let list = &self.nominated_sorted;
+        let lo = list.partition_point(|(n, _)| **n < *node);
+        let cleared: Vec<String> = list[lo..]
             .iter()
-            .filter(|(u, (n, p))| n == node && p.priority < pod.priority && **u != pod.uid)
-            .map(|(u, _)| u.clone())
+            .take_while(|(n, _)| **n == *node)
+            .filter(|(_, p)| p.priority < pod.priority && p.uid != pod.uid)
+            .map(|(_, p)| p.uid.clone())
             .collect();
         let mut out = Vec::new();
         for u in cleared {
-            if let Some((_, p)) = self.nominated.remove(&u) {
+            if let Some((_, p)) = self.unlist(&u) {
                 out.push(p);
             }
         }
-        self.nominated
-            .insert(pod.uid.clone(), (node.to_string(), pod));
-        self.nominated_cache = None;
+        let node: Arc<str> = Arc::from(node);
+        let list = Arc::make_mut(&mut self.nominated_sorted);
+        let at = list.partition_point(|(n, _)| **n <= *node);
+        list.insert(at, (node.clone(), pod.clone()));
+        self.nominated.insert(pod.uid.clone(), (node, pod));
         out
+    }
+
+    /// Take a pod's nomination out of both indexes.
+    fn unlist(&mut self, uid: &str) -> Option<(Arc<str>, Arc<PodInfo>)> {
+        let (node, pod) = self.nominated.remove(uid)?;
+        let list = Arc::make_mut(&mut self.nominated_sorted);
+        let lo = list.partition_point(|(n, _)| **n < *node);
+        if let Some(i) = list[lo..]
+            .iter()
+            .take_while(|(n, _)| **n == *node)
+            .position(|(_, p)| p.uid == uid)
+        {
+            list.remove(lo + i);
+        }
+        Some((node, pod))
     }
 
     /// Forget a nomination (the pod was scheduled or deleted).
     pub fn clear_nomination(&mut self, uid: &str) {
-        if self.nominated.remove(uid).is_some() {
-            self.nominated_cache = None;
-        }
+        self.unlist(uid);
     }
 
     /// Nominated pods as (node, pod), sorted by node name (so a node's are
     /// found by binary search); shared, so holding it costs no copy.
     pub fn nominated(&mut self) -> Nominated {
-        match &self.nominated_cache {
-            Some(c) => c.clone(),
-            None => {
-                let mut v: Vec<(String, Arc<PodInfo>)> = self.nominated.values().cloned().collect();
-                v.sort_by(|a, b| a.0.cmp(&b.0));
-                let c: Nominated = v.into();
-                self.nominated_cache = Some(c.clone());
-                c
-            }
-        }
+        self.nominated_sorted.clone()
     }
 }
 
@@ -462,6 +471,48 @@ mod tests {
         }))
         .unwrap();
         Arc::new(PodInfo::new(Arc::new(p)))
+    }
+
+    #[test]
+    fn nominations_stay_sorted_and_clear_lower_ones() {
+        let mut q = SchedulingQueue::new(
+            Arc::new(PrioritySort),
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        );
+        let list = |q: &mut SchedulingQueue| -> Vec<(String, String)> {
+            q.nominated()
+                .iter()
+                .map(|(n, p)| (n.to_string(), p.uid.clone()))
+                .collect()
+        };
+        assert!(q.nominate(pod("a", 10), "n2").is_empty());
+        assert!(q.nominate(pod("b", 10), "n1").is_empty());
+        let held = q.nominated(); // a cycle still holding the old list
+        assert!(q.nominate(pod("c", 5), "n3").is_empty());
+        assert_eq!(held.len(), 2, "a held list does not change");
+        assert_eq!(
+            list(&mut q),
+            [("n1", "b"), ("n2", "a"), ("n3", "c")].map(|(n, u)| (n.to_string(), u.to_string()))
+        );
+        // moving a nomination takes it off the old node
+        assert!(q.nominate(pod("c", 5), "n1").is_empty());
+        assert_eq!(
+            list(&mut q),
+            [("n1", "b"), ("n1", "c"), ("n2", "a")].map(|(n, u)| (n.to_string(), u.to_string()))
+        );
+        // a higher-priority nomination clears lower ones on its node only
+        let cleared = q.nominate(pod("d", 50), "n1");
+        let mut cleared: Vec<&str> = cleared.iter().map(|p| p.uid.as_str()).collect();
+        cleared.sort();
+        assert_eq!(cleared, ["b", "c"]);
+        assert_eq!(
+            list(&mut q),
+            [("n1", "d"), ("n2", "a")].map(|(n, u)| (n.to_string(), u.to_string()))
+        );
+        q.clear_nomination("d");
+        q.delete("a");
+        assert!(list(&mut q).is_empty());
     }
 
     #[test]

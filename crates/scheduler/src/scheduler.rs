@@ -558,7 +558,7 @@ impl SchedulerCore {
                 if !gone {
                     if status.is_rejected() {
                         self.queue
-                            .add_unschedulable(*info, vec![status.plugin.clone()]);
+                            .add_unschedulable(*info, vec![status.plugin.to_string()]);
                     } else {
                         self.queue.add_backoff(*info);
                     }
@@ -750,11 +750,14 @@ impl SchedulerCore {
             }))
         };
         if let Some(e) = &pod.parse_error {
-            return Err(fit(Some(Status::unresolvable(e.clone())), HashMap::new()));
+            return Err(fit(
+                Some(Status::unresolvable(e.clone())),
+                Default::default(),
+            ));
         }
         let allowed = match fw.run_pre_filter(state, pod, snapshot) {
             Ok(a) => a,
-            Err(s) if s.is_rejected() => return Err(fit(Some(s), HashMap::new())),
+            Err(s) if s.is_rejected() => return Err(fit(Some(s), Default::default())),
             Err(s) => return Err(Failure::Error(s)),
         };
         let nominated = self.queue.nominated();
@@ -810,7 +813,8 @@ impl SchedulerCore {
                     None,
                 );
                 if s.is_rejected() {
-                    core.queue.add_unschedulable(info, vec![s.plugin.clone()]);
+                    core.queue
+                        .add_unschedulable(info, vec![s.plugin.to_string()]);
                     CycleOutcome::Unschedulable(msg)
                 } else {
                     core.queue.add_backoff(info);

@@ -58,8 +58,15 @@ pub struct Status {
     pub code: Code,
     /// Human-readable reasons ("Insufficient cpu", …).
     pub reasons: Vec<Cow<'static, str>>,
-    /// The plugin that returned it (filled in by the framework).
-    pub plugin: String,
+    /// The plugin that returned it (filled in by the framework; shared, so
+    /// a status per rejected node copies no name).
+    pub plugin: Arc<str>,
+}
+
+/// The empty plugin name, shared.
+fn no_plugin() -> Arc<str> {
+    static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
+    EMPTY.clone()
 }
 
 impl Status {
@@ -68,7 +75,7 @@ impl Status {
         Status {
             code: Code::Success,
             reasons: Vec::new(),
-            plugin: String::new(),
+            plugin: no_plugin(),
         }
     }
 
@@ -77,7 +84,7 @@ impl Status {
         Status {
             code,
             reasons: vec![reason.into()],
-            plugin: String::new(),
+            plugin: no_plugin(),
         }
     }
 
@@ -101,7 +108,7 @@ impl Status {
         Status {
             code: Code::Skip,
             reasons: Vec::new(),
-            plugin: String::new(),
+            plugin: no_plugin(),
         }
     }
 
@@ -123,9 +130,26 @@ impl Status {
         self.reasons.join(", ")
     }
 
-    pub(crate) fn with_plugin(mut self, name: &str) -> Status {
+    /// A status with these reasons (none: Success-like codes).
+    pub fn with_reasons(code: Code, reasons: Vec<Cow<'static, str>>) -> Status {
+        Status {
+            code,
+            reasons,
+            plugin: no_plugin(),
+        }
+    }
+
+    pub(crate) fn with_plugin(self, name: &str) -> Status {
         if self.plugin.is_empty() {
-            self.plugin = name.to_string();
+            self.with_plugin_id(&Arc::from(name))
+        } else {
+            self
+        }
+    }
+
+    pub(crate) fn with_plugin_id(mut self, name: &Arc<str>) -> Status {
+        if self.plugin.is_empty() {
+            self.plugin = name.clone();
         }
         self
     }
@@ -359,10 +383,25 @@ pub trait PreFilterExtensions: Send + Sync {
 pub trait FilterPlugin: Plugin {
     /// Success when the pod fits the node.
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+
+    /// Filter's verdict without its reasons: `Ok(true)` exactly when
+    /// [`filter`](Self::filter) returns Success, `Err` with its status when it
+    /// returns Error, `Ok(false)` otherwise. The pass over all nodes asks
+    /// this (most nodes' reasons are never shown); a plugin whose rejection
+    /// builds a status per node may answer it more cheaply.
+    fn passes(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<bool, Status> {
+        let s = self.filter(state, pod, node);
+        match s.code {
+            Code::Success => Ok(true),
+            Code::Error => Err(s),
+            _ => Ok(false),
+        }
+    }
 }
 
-/// Why each node was rejected, by node name.
-pub type NodeToStatus = HashMap<String, Status>;
+/// Why each node was rejected, by node name (the node's shared name,
+/// [`NodeInfo::id`], so recording a status copies no string).
+pub type NodeToStatus = HashMap<Arc<str>, Status, super::topology_counts::FastBuild>;
 
 /// What a PostFilter achieved.
 #[derive(Debug, Clone, Default)]
@@ -380,7 +419,7 @@ pub struct PostFilterContext<'a> {
     pub snapshot: &'a Snapshot,
     /// Pods nominated to nodes by earlier preemptions: (node, pod), sorted
     /// by node name.
-    pub nominated: &'a [(String, Arc<PodInfo>)],
+    pub nominated: &'a [(Arc<str>, Arc<PodInfo>)],
 }
 
 /// **PostFilter**: runs only when no node passed Filter (DefaultPreemption

@@ -40,6 +40,8 @@ pub fn num_feasible_nodes_to_find(percentage: i32, n: usize) -> usize {
 
 struct Entry {
     name: String,
+    /// The name again, shared by the statuses this plugin returns.
+    id: Arc<str>,
     plugin: Arc<dyn Plugin>,
     weight: i64,
 }
@@ -113,22 +115,22 @@ impl FitError {
 
     /// Plugins that rejected the pod on some node.
     pub fn unschedulable_plugins(&self) -> Vec<String> {
-        let mut v: Vec<String> = self
+        let mut v: Vec<&str> = self
             .statuses
             .values()
             .chain(self.pre_filter_status.iter())
-            .map(|s| s.plugin.clone())
+            .map(|s| &*s.plugin)
             .filter(|p| !p.is_empty())
             .collect();
-        v.sort();
+        v.sort_unstable();
         v.dedup();
-        v
+        v.into_iter().map(str::to_string).collect()
     }
 }
 
 /// "0/N nodes are available: <count> <reason>, …." with the reasons sorted.
 pub fn histogram_message(n: usize, statuses: &NodeToStatus) -> String {
-    let mut counts: HashMap<&str, usize> = HashMap::new();
+    let mut counts: HashMap<&str, usize, super::topology_counts::FastBuild> = HashMap::default();
     for s in statuses.values() {
         for r in &s.reasons {
             *counts.entry(r.as_ref()).or_default() += 1;
@@ -248,6 +250,7 @@ impl Framework {
                     ));
                 }
                 list.push(Entry {
+                    id: Arc::from(name.as_str()),
                     name,
                     plugin: plugin.clone(),
                     weight,
@@ -355,7 +358,7 @@ impl Framework {
             if let Some(p) = e.plugin.as_pre_enqueue() {
                 let s = p.pre_enqueue(pod);
                 if !s.is_success() {
-                    return s.with_plugin(&e.name);
+                    return s.with_plugin_id(&e.id);
                 }
             }
         }
@@ -382,7 +385,7 @@ impl Framework {
                     state.skip_filter.push(e.name.clone());
                     continue;
                 }
-                _ => return Err(status.with_plugin(&e.name)),
+                _ => return Err(status.with_plugin_id(&e.id)),
             }
             if let Some(names) = result.and_then(|r| r.node_names) {
                 allowed = Some(match allowed {
@@ -415,7 +418,7 @@ impl Framework {
             if let Some(x) = e.plugin.as_pre_filter().and_then(|p| p.extensions()) {
                 let s = x.add_pod(state, pod, to_add, node);
                 if !s.is_success() {
-                    return s.with_plugin(&e.name);
+                    return s.with_plugin_id(&e.id);
                 }
             }
         }
@@ -437,7 +440,7 @@ impl Framework {
             if let Some(x) = e.plugin.as_pre_filter().and_then(|p| p.extensions()) {
                 let s = x.remove_pod(state, pod, to_remove, node);
                 if !s.is_success() {
-                    return s.with_plugin(&e.name);
+                    return s.with_plugin_id(&e.id);
                 }
             }
         }
@@ -453,11 +456,28 @@ impl Framework {
             if let Some(p) = e.plugin.as_filter() {
                 let s = p.filter(state, pod, node);
                 if !s.is_success() {
-                    return s.with_plugin(&e.name);
+                    return s.with_plugin_id(&e.id);
                 }
             }
         }
         Status::success()
+    }
+
+    /// Whether the pod passes every filter on this node: the verdict of
+    /// [`run_filter`](Self::run_filter) without building statuses (an Error
+    /// counts as not passing).
+    pub fn run_filter_passes(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> bool {
+        for (i, e) in self.filter.iter().enumerate() {
+            if i < 64 && state.filter_skip_mask & (1 << i) != 0 {
+                continue;
+            }
+            if let Some(p) = e.plugin.as_filter()
+                && !matches!(p.passes(state, pod, node), Ok(true))
+            {
+                return false;
+            }
+        }
+        true
     }
 
     /// Filter with the pods nominated to this node (by earlier preemptions,
@@ -471,33 +491,44 @@ impl Framework {
         state: &CycleState,
         pod: &PodInfo,
         node: &NodeInfo,
-        nominated: &[(String, Arc<PodInfo>)],
+        nominated: &[(Arc<str>, Arc<PodInfo>)],
     ) -> Status {
-        // `nominated` is sorted by node name (the queue keeps it so): find
-        // this node's range instead of comparing every entry.
-        let lo = nominated.partition_point(|(n, _)| n.as_str() < node.name.as_str());
-        let extra: Vec<&Arc<PodInfo>> = nominated[lo..]
-            .iter()
-            .take_while(|(n, _)| n == &node.name)
-            .filter(|(_, p)| p.uid != pod.uid && p.priority >= pod.priority)
-            .map(|(_, p)| p)
-            .collect();
-        if !extra.is_empty() {
-            let mut with = node.clone();
-            let mut st = state.clone();
-            for p in extra {
-                with.add_pod(p.clone());
-                let s = self.run_pre_filter_add_pod(&mut st, pod, p, &with);
-                if !s.is_success() {
-                    return s;
+        let mut extra = nominated_on(pod, &node.name, nominated).peekable();
+        if extra.peek().is_some() {
+            // The node with its nominated pods, in a scratch copy that keeps
+            // its allocations from one call to the next; the cycle state is
+            // copied only when a PreFilter extension would change it.
+            let s = with_scratch(node, |with| {
+                let mut st = self.has_active_extensions(state).then(|| state.clone());
+                for p in extra {
+                    with.add_pod(p.clone());
+                    if let Some(st) = st.as_mut() {
+                        let s = self.run_pre_filter_add_pod(st, pod, p, with);
+                        if !s.is_success() {
+                            return s;
+                        }
+                    }
                 }
-            }
-            let s = self.run_filter(&st, pod, &with);
+                self.run_filter(st.as_ref().unwrap_or(state), pod, with)
+            });
             if !s.is_success() {
                 return s;
             }
         }
         self.run_filter(state, pod, node)
+    }
+
+    /// Whether a PreFilter extension (AddPod/RemovePod) runs in this cycle:
+    /// without one, adding or removing pods in a dry run leaves the cycle
+    /// state as it is, so it need not be copied.
+    pub fn has_active_extensions(&self, state: &CycleState) -> bool {
+        self.pre_filter.iter().any(|e| {
+            !state.skip_filter.contains(&e.name)
+                && e.plugin
+                    .as_pre_filter()
+                    .and_then(|p| p.extensions())
+                    .is_some()
+        })
     }
 
     /// Find feasible nodes: filter from a rotating start until enough are
@@ -508,11 +539,11 @@ impl Framework {
         pod: &PodInfo,
         snapshot: &'a Snapshot,
         allowed: Option<&[String]>,
-        nominated: &[(String, Arc<PodInfo>)],
+        nominated: &[(Arc<str>, Arc<PodInfo>)],
     ) -> Result<(Vec<&'a NodeInfo>, NodeToStatus), Status> {
         let nodes = snapshot.nodes();
         let n = nodes.len();
-        let mut statuses = NodeToStatus::new();
+        let mut statuses = NodeToStatus::default();
         let mut feasible: Vec<&NodeInfo> = Vec::new();
         if n == 0 {
             return Ok((feasible, statuses));
@@ -526,7 +557,7 @@ impl Framework {
                     } else if s.code == Code::Error {
                         return Err(s);
                     } else {
-                        statuses.insert(node.name.clone(), s);
+                        statuses.insert(node.id.clone(), s);
                     }
                 }
             }
@@ -534,7 +565,7 @@ impl Framework {
             for node in nodes {
                 if !names.contains(&node.name) {
                     statuses.insert(
-                        node.name.clone(),
+                        node.id.clone(),
                         Status::unresolvable("node(s) didn't satisfy plugin(s) [PreFilter]"),
                     );
                 }
@@ -544,12 +575,12 @@ impl Framework {
             let start = self.next_start.load(Ordering::Relaxed) % n;
             let mut processed = 0;
             // The filters this pod runs, resolved once rather than per node.
-            let active: Vec<(&str, &dyn FilterPlugin)> = self
+            let active: Vec<(&Arc<str>, &dyn FilterPlugin)> = self
                 .filter
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| *i >= 64 || state.filter_skip_mask & (1 << i) == 0)
-                .filter_map(|(_, e)| e.plugin.as_filter().map(|p| (e.name.as_str(), p)))
+                .filter_map(|(_, e)| e.plugin.as_filter().map(|p| (&e.id, p)))
                 .collect();
             let no_filters = active.is_empty();
             // Rejected nodes are only remembered by index; their statuses are
@@ -564,51 +595,55 @@ impl Framework {
                 if node.node.is_none() {
                     continue;
                 }
+                // Only the verdict here: rejected nodes' statuses are
+                // worked out below when needed.
                 let r = if no_filters {
-                    Ok(())
-                } else if nominated.is_empty() {
-                    run_filters(&active, state, pod, node)
+                    Ok(true)
                 } else {
-                    // A node must pass with and without its nominated pods:
-                    // the plain run (no copies) settles most rejections;
-                    // the exact status is worked out below when needed.
-                    run_filters(&active, state, pod, node).and_then(|()| {
-                        let s = self.run_filter_with_nominated(state, pod, node, nominated);
-                        if s.is_success() {
-                            Ok(())
-                        } else {
-                            Err((usize::MAX, s))
+                    match pass_filters(&active, state, pod, node) {
+                        // A node must pass with and without its nominated
+                        // pods: the plain run (no copies) settles most
+                        // rejections.
+                        Ok(true) if !nominated.is_empty() => {
+                            let s = self.run_filter_with_nominated(state, pod, node, nominated);
+                            match s.code {
+                                Code::Success => Ok(true),
+                                Code::Error => Err(s),
+                                _ => Ok(false),
+                            }
                         }
-                    })
+                        r => r,
+                    }
                 };
                 match r {
-                    Ok(()) => {
+                    Ok(true) => {
                         feasible.push(node);
                         if feasible.len() >= want {
                             break;
                         }
                     }
-                    Err((_, s)) if s.code == Code::Error => return Err(s),
-                    Err(_) => failed.push(idx as u32),
+                    Ok(false) => failed.push(idx as u32),
+                    Err(s) => return Err(s),
                 }
             }
             self.next_start
                 .store((start + processed) % n, Ordering::Relaxed);
             if feasible.is_empty() || !self.extenders.is_empty() {
+                statuses.reserve(failed.len());
                 for idx in failed {
                     let node = &nodes[idx as usize];
                     let s = if nominated.is_empty() {
                         match run_filters(&active, state, pod, node) {
                             Ok(()) => continue,
                             Err((f, s)) => match active.get(f) {
-                                Some((name, _)) => s.with_plugin(name),
+                                Some((name, _)) => s.with_plugin_id(name),
                                 None => s,
                             },
                         }
                     } else {
                         self.run_filter_with_nominated(state, pod, node, nominated)
                     };
-                    statuses.insert(node.name.clone(), s);
+                    statuses.insert(node.id.clone(), s);
                 }
             }
         }
@@ -632,10 +667,12 @@ impl Framework {
             match ext.filter(pod, &feasible) {
                 Ok(result) => {
                     for (n, msg) in result.failed {
-                        statuses.insert(n, Status::unschedulable(msg).with_plugin("Extender"));
+                        statuses
+                            .insert(n.into(), Status::unschedulable(msg).with_plugin("Extender"));
                     }
                     for (n, msg) in result.failed_unresolvable {
-                        statuses.insert(n, Status::unresolvable(msg).with_plugin("Extender"));
+                        statuses
+                            .insert(n.into(), Status::unresolvable(msg).with_plugin("Extender"));
                     }
                     feasible = result
                         .node_names
@@ -672,18 +709,11 @@ impl Framework {
                 return (r, s);
             }
             if s.code == Code::Error {
-                return (None, s.with_plugin(&e.name));
+                return (None, s.with_plugin_id(&e.id));
             }
             messages.extend(s.reasons);
         }
-        (
-            None,
-            Status {
-                code: Code::Unschedulable,
-                reasons: messages,
-                plugin: String::new(),
-            },
-        )
+        (None, Status::with_reasons(Code::Unschedulable, messages))
     }
 
     /// Whether any PostFilter plugin is enabled.
@@ -708,7 +738,7 @@ impl Framework {
             match s.code {
                 Code::Success => {}
                 Code::Skip => state.skip_score.push(e.name.clone()),
-                _ => return Err(s.with_plugin(&e.name)),
+                _ => return Err(s.with_plugin_id(&e.id)),
             }
         }
         // One list of names for the plugins' NormalizeScore; the weighted
@@ -731,13 +761,13 @@ impl Framework {
             for (slot, n) in scores.iter_mut().zip(nodes) {
                 let (score, s) = p.score(state, pod, n);
                 if !s.is_success() {
-                    return Err(s.with_plugin(&e.name));
+                    return Err(s.with_plugin_id(&e.id));
                 }
                 slot.score = score;
             }
             let s = p.normalize(state, pod, &mut scores);
             if !s.is_success() {
-                return Err(s.with_plugin(&e.name));
+                return Err(s.with_plugin_id(&e.id));
             }
             for (t, s) in totals.iter_mut().zip(&scores) {
                 if !(0..=MAX_NODE_SCORE).contains(&s.score) {
@@ -745,7 +775,7 @@ impl Framework {
                         "plugin {} returns an invalid score {}, it should in the range of [0, 100] after normalizing",
                         e.name, s.score
                     ))
-                    .with_plugin(&e.name));
+                    .with_plugin_id(&e.id));
                 }
                 *t += s.score * e.weight;
             }
@@ -811,7 +841,7 @@ impl Framework {
             if let Some(p) = e.plugin.as_reserve() {
                 let s = p.reserve(state, pod, node);
                 if !s.is_success() {
-                    return s.with_plugin(&e.name);
+                    return s.with_plugin_id(&e.id);
                 }
             }
         }
@@ -847,7 +877,7 @@ impl Framework {
                     waiting.push(e.name.clone());
                     timeout = timeout.min(t);
                 }
-                _ => return PermitOutcome::Rejected(s.with_plugin(&e.name)),
+                _ => return PermitOutcome::Rejected(s.with_plugin_id(&e.id)),
             }
         }
         if waiting.is_empty() {
@@ -884,7 +914,7 @@ impl Framework {
             if let Some(p) = e.plugin.as_pre_bind() {
                 let s = p.pre_bind(state.clone(), pod.clone(), node.clone()).await;
                 if !s.is_success() && s.code != Code::Skip {
-                    return s.with_plugin(&e.name);
+                    return s.with_plugin_id(&e.id);
                 }
             }
         }
@@ -907,7 +937,7 @@ impl Framework {
                         continue;
                     }
                     if !s.is_success() {
-                        return s.with_plugin(&e.name);
+                        return s.with_plugin_id(&e.id);
                     }
                     handled = true;
                     break;
@@ -926,10 +956,63 @@ impl Framework {
     }
 }
 
+/// The pods nominated to `node` that count when filtering `pod` there: the
+/// others' with at least its priority. `nominated` is sorted by node name.
+pub fn nominated_on<'n>(
+    pod: &'n PodInfo,
+    node: &'n str,
+    nominated: &'n [(Arc<str>, Arc<PodInfo>)],
+) -> impl Iterator<Item = &'n Arc<PodInfo>> + 'n {
+    // Sorted by node name (the queue keeps it so): find this node's range
+    // instead of comparing every entry.
+    let lo = nominated.partition_point(|(n, _)| **n < *node);
+    nominated[lo..]
+        .iter()
+        .take_while(move |(n, _)| **n == *node)
+        .filter(move |(_, p)| p.uid != pod.uid && p.priority >= pod.priority)
+        .map(|(_, p)| p)
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<NodeInfo> = std::cell::RefCell::new(NodeInfo::default());
+}
+
+/// Run `f` on a copy of `node` kept in a per-thread scratch info, so the
+/// copy reuses the last one's allocations (a fresh copy if it is in use).
+fn with_scratch<R>(node: &NodeInfo, f: impl FnOnce(&mut NodeInfo) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => {
+            scratch.clone_from(node);
+            let r = f(&mut scratch);
+            // Do not keep the node's objects alive until the next call.
+            scratch.node = None;
+            scratch.pods.clear();
+            r
+        }
+        Err(_) => f(&mut node.clone()),
+    })
+}
+
+/// The resolved filters' verdict on one node without their reasons
+/// ([`FilterPlugin::passes`]): `Err` only for an Error status.
+fn pass_filters(
+    active: &[(&Arc<str>, &dyn FilterPlugin)],
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+) -> Result<bool, Status> {
+    for (_, p) in active {
+        if !p.passes(state, pod, node)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Run resolved filters on one node, stopping at the first rejection: its
 /// index in `active` and its status (the plugin name is added later).
 fn run_filters(
-    active: &[(&str, &dyn FilterPlugin)],
+    active: &[(&Arc<str>, &dyn FilterPlugin)],
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,
@@ -961,13 +1044,16 @@ mod tests {
 
     #[test]
     fn histogram_is_sorted() {
-        let mut m = NodeToStatus::new();
+        let mut m = NodeToStatus::default();
         for i in 0..3 {
-            m.insert(format!("a{i}"), Status::unschedulable("Insufficient cpu"));
+            m.insert(
+                format!("a{i}").into(),
+                Status::unschedulable("Insufficient cpu"),
+            );
         }
         for i in 0..2 {
             m.insert(
-                format!("b{i}"),
+                format!("b{i}").into(),
                 Status::unschedulable("node(s) had untolerated taint {k: v}"),
             );
         }

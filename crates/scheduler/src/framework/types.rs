@@ -710,7 +710,7 @@ pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
 }
 
 /// A node and the aggregates of the pods assigned (or assumed) to it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct NodeInfo {
     /// Node name.
     pub name: String,
@@ -762,6 +762,54 @@ pub const WELL_KNOWN_TOPOLOGY_KEYS: [&str; 3] = [
 pub const NO_TOPOLOGY_VALUE: u32 = u32::MAX;
 
 static EMPTY_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+impl Clone for NodeInfo {
+    fn clone(&self) -> Self {
+        let mut copy = NodeInfo::default();
+        copy.clone_from(self);
+        copy
+    }
+
+    /// Reuses this info's allocations (preemption's dry runs copy one node
+    /// after another into the same scratch info).
+    fn clone_from(&mut self, source: &Self) {
+        // Destructured so that a new field cannot be forgotten here.
+        let NodeInfo {
+            name,
+            id,
+            node,
+            allocatable,
+            requested,
+            non_zero_cpu,
+            non_zero_memory,
+            pods,
+            pods_with_affinity,
+            pods_with_required_anti_affinity,
+            used_ports,
+            images,
+            taints,
+            unschedulable,
+            generation,
+            topology_ids,
+        } = source;
+        self.name.clone_from(name);
+        self.id.clone_from(id);
+        self.node.clone_from(node);
+        self.allocatable.clone_from(allocatable);
+        self.requested.clone_from(requested);
+        self.non_zero_cpu = *non_zero_cpu;
+        self.non_zero_memory = *non_zero_memory;
+        self.pods.clone_from(pods);
+        self.pods_with_affinity = *pods_with_affinity;
+        self.pods_with_required_anti_affinity = *pods_with_required_anti_affinity;
+        self.used_ports.clone_from(used_ports);
+        self.images.clone_from(images);
+        self.taints.clone_from(taints);
+        self.unschedulable = *unschedulable;
+        self.generation = *generation;
+        self.topology_ids = *topology_ids;
+    }
+}
 
 impl NodeInfo {
     /// A node info for a node object.
@@ -825,6 +873,17 @@ impl NodeInfo {
     /// Remove a pod by UID; returns it if it was there.
     pub fn remove_pod(&mut self, uid: &str) -> Option<Arc<PodInfo>> {
         let i = self.pods.iter().position(|p| p.uid == uid)?;
+        Some(self.remove_pod_at(i))
+    }
+
+    /// Take back the pod added last (undoes [`NodeInfo::add_pod`] without
+    /// reordering the other pods).
+    pub fn pop_pod(&mut self) -> Option<Arc<PodInfo>> {
+        let last = self.pods.len().checked_sub(1)?;
+        Some(self.remove_pod_at(last))
+    }
+
+    fn remove_pod_at(&mut self, i: usize) -> Arc<PodInfo> {
         let pod = self.pods.swap_remove(i);
         self.requested.sub(&pod.requests);
         self.non_zero_cpu -= pod.non_zero_cpu;
@@ -841,6 +900,6 @@ impl NodeInfo {
             self.pods_with_required_anti_affinity -= 1;
         }
         self.generation += 1;
-        Some(pod)
+        pod
     }
 }

@@ -7,13 +7,15 @@
 //! start among the highest-priority victims → first found.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 
 use super::helper::{decode_args, plugin};
 use crate::framework::{
     Code, CycleState, Handle, NodeInfo, NodeToStatus, PodInfo, PostFilterContext, PostFilterPlugin,
-    PostFilterResult, Status, runtime::histogram_message,
+    PostFilterResult, Status,
+    runtime::{histogram_message, nominated_on},
 };
 
 /// `DefaultPreemptionArgs`.
@@ -35,6 +37,14 @@ pub struct DefaultPreemption {
     handle: Handle,
     pct: usize,
     abs: usize,
+    /// Stop the dry runs at a candidate no other could beat (off only in
+    /// tests comparing with the full search).
+    early_exit: bool,
+    /// Picks where the dry runs start (xorshift64*, as kube-scheduler
+    /// draws a random offset per attempt).
+    rng: AtomicU64,
+    /// A fixed start instead (tests comparing two searches).
+    fixed_offset: Option<usize>,
 }
 plugin!(DefaultPreemption, "DefaultPreemption", [post_filter]);
 
@@ -61,7 +71,25 @@ impl DefaultPreemption {
             handle: handle.clone(),
             pct: pct as usize,
             abs: abs as usize,
+            early_exit: true,
+            rng: AtomicU64::new(0x9E37_79B9_7F4A_7C15),
+            fixed_offset: None,
         })
+    }
+
+    /// Where this attempt's dry runs start among `n` nodes: random, so
+    /// pods preempting one after another do not all try the same nodes
+    /// first (kube-scheduler's `GetOffsetAndNumCandidates`).
+    fn offset(&self, n: usize) -> usize {
+        if let Some(o) = self.fixed_offset {
+            return o % n;
+        }
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.store(x, Ordering::Relaxed);
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % n
     }
 }
 
@@ -85,12 +113,12 @@ fn more_important(a: &PodInfo, b: &PodInfo) -> std::cmp::Ordering {
 
 impl DefaultPreemption {
     fn violates_pdb(&self, victims: &[Arc<PodInfo>]) -> Vec<bool> {
-        let pdbs = self
-            .handle
-            .pdbs
-            .read()
-            .map(|p| p.clone())
-            .unwrap_or_default();
+        let Ok(pdbs) = self.handle.pdbs.read() else {
+            return vec![false; victims.len()];
+        };
+        if pdbs.is_empty() {
+            return vec![false; victims.len()];
+        }
         let mut allowed: Vec<i32> = pdbs.iter().map(|p| p.disruptions_allowed).collect();
         victims
             .iter()
@@ -112,16 +140,19 @@ impl DefaultPreemption {
     /// Try one node: remove every lower-priority pod; if the pod then fits,
     /// add them back one by one (PDB-violating first, most important first)
     /// while it still fits. The ones that cannot come back are the victims.
+    ///
+    /// `info` is scratch space: the node is copied into it (reusing its
+    /// allocations), and the cycle state is copied only when a PreFilter
+    /// extension would change it.
     fn select_victims(
         &self,
         ctx: &PostFilterContext<'_>,
         state: &CycleState,
         pod: &PodInfo,
         node: &NodeInfo,
+        info: &mut NodeInfo,
     ) -> Option<Candidate> {
         let fw = ctx.framework;
-        let mut info = node.clone();
-        let mut st = state.clone();
         let mut potential: Vec<Arc<PodInfo>> = node
             .pods
             .iter()
@@ -131,14 +162,16 @@ impl DefaultPreemption {
         if potential.is_empty() {
             return None;
         }
+        info.clone_from(node);
+        let mut st = fw.has_active_extensions(state).then(|| state.clone());
+        let extra: Vec<&Arc<PodInfo>> = nominated_on(pod, &node.name, ctx.nominated).collect();
         for v in &potential {
             info.remove_pod(&v.uid);
-            fw.run_pre_filter_remove_pod(&mut st, pod, v, &info);
+            if let Some(st) = st.as_mut() {
+                fw.run_pre_filter_remove_pod(st, pod, v, info);
+            }
         }
-        if !fw
-            .run_filter_with_nominated(&st, pod, &info, ctx.nominated)
-            .is_success()
-        {
+        if !fits(fw, &mut st, state, pod, info, &extra) {
             return None;
         }
         potential.sort_by(|a, b| more_important(a, b));
@@ -150,15 +183,16 @@ impl DefaultPreemption {
         for (group, is_violating) in [(viol, true), (non_viol, false)] {
             for (p, _) in group {
                 info.add_pod(p.clone());
-                fw.run_pre_filter_add_pod(&mut st, pod, &p, &info);
-                if fw
-                    .run_filter_with_nominated(&st, pod, &info, ctx.nominated)
-                    .is_success()
-                {
+                if let Some(st) = st.as_mut() {
+                    fw.run_pre_filter_add_pod(st, pod, &p, info);
+                }
+                if fits(fw, &mut st, state, pod, info, &extra) {
                     continue; // reprieved
                 }
-                info.remove_pod(&p.uid);
-                fw.run_pre_filter_remove_pod(&mut st, pod, &p, &info);
+                info.pop_pod();
+                if let Some(st) = st.as_mut() {
+                    fw.run_pre_filter_remove_pod(st, pod, &p, info);
+                }
                 if is_violating {
                     pdb_violations += 1;
                 }
@@ -173,6 +207,174 @@ impl DefaultPreemption {
             node: node.name.clone(),
             victims,
             pdb_violations,
+        })
+    }
+}
+
+/// Whether `pod` passes the filters on the dry run's `info`, with the pods
+/// nominated there (`extra`) and without them: the answer
+/// `Framework::run_filter_with_nominated` gives, but the nominated pods are
+/// added to the dry run's copy and taken out again instead of copying it
+/// once more. `st` is the dry run's cycle state (`None`: no PreFilter
+/// extension runs, so `base` is read unchanged).
+fn fits(
+    fw: &crate::framework::Framework,
+    st: &mut Option<CycleState>,
+    base: &CycleState,
+    pod: &PodInfo,
+    info: &mut NodeInfo,
+    extra: &[&Arc<PodInfo>],
+) -> bool {
+    if !extra.is_empty() {
+        let mut ok = true;
+        let mut added = 0;
+        let mut extended = 0;
+        for p in extra {
+            info.add_pod(Arc::clone(p));
+            added += 1;
+            if let Some(st) = st.as_mut()
+                && !fw.run_pre_filter_add_pod(st, pod, p, info).is_success()
+            {
+                ok = false;
+                break;
+            }
+            extended += 1;
+        }
+        if ok {
+            ok = fw.run_filter_passes(st.as_ref().unwrap_or(base), pod, info);
+        }
+        for i in (0..added).rev() {
+            info.pop_pod();
+            if let Some(st) = st.as_mut().filter(|_| i < extended) {
+                fw.run_pre_filter_remove_pod(st, pod, extra[i], info);
+            }
+        }
+        if !ok {
+            return false;
+        }
+    }
+    fw.run_filter_passes(st.as_ref().unwrap_or(base), pod, info)
+}
+
+/// The best key any candidate could have among `nodes` (kube-scheduler's
+/// order, see [`pick_one`]): no PDB violation, one victim of the lowest
+/// priority below `pod`'s, started last among those. A candidate with this
+/// key cannot be beaten by a later one (ties go to the first found), so the
+/// search may stop there: the node and victims chosen are the same as
+/// after a dry run on every candidate node.
+fn best_possible(pod: &PodInfo, nodes: &[&NodeInfo]) -> Option<(i32, i64)> {
+    let mut best: Option<(i32, i64)> = None;
+    for p in nodes.iter().flat_map(|n| &n.pods) {
+        if p.priority >= pod.priority {
+            continue;
+        }
+        best = Some(match best {
+            None => (p.priority, p.start_time),
+            Some((prio, _)) if p.priority < prio => (p.priority, p.start_time),
+            Some((prio, start)) if p.priority == prio => (prio, start.max(p.start_time)),
+            Some(b) => b,
+        });
+    }
+    best
+}
+
+/// Whether `c` has the key [`best_possible`] computed.
+fn is_best_possible(c: &Candidate, best: Option<(i32, i64)>) -> bool {
+    match (best, c.victims.as_slice()) {
+        (Some((prio, start)), [v]) => {
+            c.pdb_violations == 0 && v.priority == prio && v.start_time == start
+        }
+        _ => false,
+    }
+}
+
+impl DefaultPreemption {
+    /// The dry runs: candidate nodes from a pseudo-random offset until
+    /// `max(minCandidateNodesAbsolute, minCandidateNodesPercentage)` are
+    /// found (or one no other could beat), then the best by [`pick_one`].
+    /// The error is the message for the pod when no node would do.
+    fn find_candidate(
+        &self,
+        ctx: &PostFilterContext<'_>,
+        state: &CycleState,
+        pod: &PodInfo,
+        statuses: &NodeToStatus,
+    ) -> Result<Candidate, Status> {
+        let nodes = ctx.snapshot.nodes();
+        let n = nodes.len();
+        let mut not_helpful = NodeToStatus::default();
+        // Most cycles have no unresolvable node: then no per-node lookup.
+        let any_unresolvable = statuses
+            .values()
+            .any(|s| s.code == Code::UnschedulableAndUnresolvable);
+        let potential: Vec<&NodeInfo> = nodes
+            .iter()
+            .filter(|node| {
+                if node.node.is_none() {
+                    return false;
+                }
+                if !any_unresolvable {
+                    return true;
+                }
+                match statuses.get(node.name.as_str()) {
+                    Some(s) if s.code == Code::UnschedulableAndUnresolvable => {
+                        not_helpful.insert(
+                            node.id.clone(),
+                            Status::unresolvable("Preemption is not helpful for scheduling"),
+                        );
+                        false
+                    }
+                    _ => true,
+                }
+            })
+            .collect();
+        if potential.is_empty() {
+            return Err(Status::unschedulable(format!(
+                "preemption: {}",
+                histogram_message(n, &not_helpful)
+            )));
+        }
+        let want = (potential.len() * self.pct / 100)
+            .max(self.abs)
+            .min(potential.len());
+        let offset = self.offset(potential.len());
+        let mut candidates = Vec::new();
+        let mut statuses_out = not_helpful;
+        let mut scratch = NodeInfo::default();
+        // Worked out on the first candidate that could have it.
+        let mut best: Option<Option<(i32, i64)>> = None;
+        for i in 0..potential.len() {
+            let node = potential[(offset + i) % potential.len()];
+            match self.select_victims(ctx, state, pod, node, &mut scratch) {
+                Some(c) => {
+                    let done = self.early_exit
+                        && c.pdb_violations == 0
+                        && c.victims.len() == 1
+                        && is_best_possible(
+                            &c,
+                            *best.get_or_insert_with(|| best_possible(pod, &potential)),
+                        );
+                    candidates.push(c);
+                    if done {
+                        break;
+                    }
+                }
+                None => {
+                    statuses_out.insert(
+                        node.id.clone(),
+                        Status::unschedulable("No preemption victims found for incoming pod"),
+                    );
+                }
+            }
+            if candidates.len() >= want {
+                break;
+            }
+        }
+        pick_one(&candidates).cloned().ok_or_else(|| {
+            Status::unschedulable(format!(
+                "preemption: {}",
+                histogram_message(n, &statuses_out)
+            ))
         })
     }
 }
@@ -220,61 +422,9 @@ impl PostFilterPlugin for DefaultPreemption {
                 Status::unschedulable("preemption: not eligible due to preemptionPolicy=Never."),
             );
         }
-        let nodes = ctx.snapshot.nodes();
-        let n = nodes.len();
-        let mut not_helpful = NodeToStatus::new();
-        let potential: Vec<&NodeInfo> = nodes
-            .iter()
-            .filter(|node| match statuses.get(&node.name) {
-                Some(s) if s.code == Code::UnschedulableAndUnresolvable => {
-                    not_helpful.insert(
-                        node.name.clone(),
-                        Status::unresolvable("Preemption is not helpful for scheduling"),
-                    );
-                    false
-                }
-                _ => node.node.is_some(),
-            })
-            .collect();
-        if potential.is_empty() {
-            return (
-                None,
-                Status::unschedulable(format!(
-                    "preemption: {}",
-                    histogram_message(n, &not_helpful)
-                )),
-            );
-        }
-        let want = (potential.len() * self.pct / 100)
-            .max(self.abs)
-            .min(potential.len());
-        let offset =
-            (pod.start_time.unsigned_abs() as usize).wrapping_add(pod.uid.len()) % potential.len();
-        let mut candidates = Vec::new();
-        let mut statuses_out = not_helpful;
-        for i in 0..potential.len() {
-            let node = potential[(offset + i) % potential.len()];
-            match self.select_victims(ctx, state, pod, node) {
-                Some(c) => candidates.push(c),
-                None => {
-                    statuses_out.insert(
-                        node.name.clone(),
-                        Status::unschedulable("No preemption victims found for incoming pod"),
-                    );
-                }
-            }
-            if candidates.len() >= want {
-                break;
-            }
-        }
-        let Some(best) = pick_one(&candidates).cloned() else {
-            return (
-                None,
-                Status::unschedulable(format!(
-                    "preemption: {}",
-                    histogram_message(n, &statuses_out)
-                )),
-            );
+        let best = match self.find_candidate(ctx, state, pod, statuses) {
+            Ok(best) => best,
+            Err(s) => return (None, s),
         };
         // Delete the victims gracefully; the pod is retried when they are gone.
         if let (Some(client), Some(rt)) = (self.handle.client.clone(), self.handle.runtime.clone())
@@ -302,5 +452,322 @@ impl PostFilterPlugin for DefaultPreemption {
             }),
             Status::success(),
         )
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    //! The dry-run shortcuts (scratch copies, nominated pods added in place,
+    //! no state copy without extensions, stopping at an unbeatable
+    //! candidate) must choose the same node and victims as the plain
+    //! search kube-scheduler does.
+
+    use super::*;
+    use crate::framework::{CycleState, Framework, PdbInfo};
+    use crate::{Input, SchedulerBuilder, SchedulerCore};
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    fn node(name: &str, zone: u64) -> Input {
+        let n: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {
+                "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": format!("z{zone}")}},
+            "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}}
+        }))
+        .unwrap();
+        Input::NodeApply(Arc::new(n))
+    }
+
+    fn pod(
+        name: &str,
+        cpu: u64,
+        prio: i32,
+        start: u64,
+        app: &str,
+        extra: serde_json::Value,
+    ) -> Pod {
+        let mut spec = json!({
+            "priority": prio,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": format!("{cpu}m")}}}]
+        });
+        if let Some(o) = extra.as_object() {
+            for (k, v) in o {
+                spec[k] = v.clone();
+            }
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "uid": name,
+                "labels": {"app": app},
+                "creationTimestamp": format!("2026-01-01T00:00:{start:02}Z")},
+            "spec": spec
+        }))
+        .unwrap()
+    }
+
+    /// kube-scheduler's search without the shortcuts: a fresh copy of the
+    /// node and the state per dry run, `run_filter_with_nominated` (its own
+    /// copies) per check, every candidate up to the bound, then `pick_one`.
+    fn reference(
+        plugin: &DefaultPreemption,
+        ctx: &PostFilterContext<'_>,
+        state: &CycleState,
+        pod: &PodInfo,
+    ) -> Option<Candidate> {
+        let fw = ctx.framework;
+        let potential: Vec<&NodeInfo> = ctx.snapshot.nodes().iter().collect();
+        let want = (potential.len() * plugin.pct / 100)
+            .max(plugin.abs)
+            .min(potential.len());
+        let offset = plugin.offset(potential.len());
+        let mut candidates = Vec::new();
+        for i in 0..potential.len() {
+            let node = potential[(offset + i) % potential.len()];
+            let mut info = node.clone();
+            let mut st = state.clone();
+            let mut victims_pool: Vec<Arc<PodInfo>> = node
+                .pods
+                .iter()
+                .filter(|p| p.priority < pod.priority)
+                .cloned()
+                .collect();
+            if victims_pool.is_empty() {
+                continue;
+            }
+            for v in &victims_pool {
+                info.remove_pod(&v.uid);
+                fw.run_pre_filter_remove_pod(&mut st, pod, v, &info);
+            }
+            if !fw
+                .run_filter_with_nominated(&st, pod, &info, ctx.nominated)
+                .is_success()
+            {
+                continue;
+            }
+            victims_pool.sort_by(|a, b| more_important(a, b));
+            let violating = plugin.violates_pdb(&victims_pool);
+            let (viol, non_viol): (Vec<_>, Vec<_>) = victims_pool
+                .into_iter()
+                .zip(violating)
+                .partition(|(_, v)| *v);
+            let mut victims = Vec::new();
+            let mut pdb_violations = 0;
+            for (group, is_violating) in [(viol, true), (non_viol, false)] {
+                for (p, _) in group {
+                    info.add_pod(p.clone());
+                    fw.run_pre_filter_add_pod(&mut st, pod, &p, &info);
+                    if fw
+                        .run_filter_with_nominated(&st, pod, &info, ctx.nominated)
+                        .is_success()
+                    {
+                        continue;
+                    }
+                    info.remove_pod(&p.uid);
+                    fw.run_pre_filter_remove_pod(&mut st, pod, &p, &info);
+                    pdb_violations += usize::from(is_violating);
+                    victims.push(p);
+                }
+            }
+            if victims.is_empty() {
+                continue;
+            }
+            victims.sort_by(|a, b| more_important(a, b));
+            candidates.push(Candidate {
+                node: node.name.clone(),
+                victims,
+                pdb_violations,
+            });
+            if candidates.len() >= want {
+                break;
+            }
+        }
+        pick_one(&candidates).cloned()
+    }
+
+    fn key(c: &Option<Candidate>) -> Option<(String, Vec<String>, usize)> {
+        c.as_ref().map(|c| {
+            (
+                c.node.clone(),
+                c.victims.iter().map(|v| v.uid.clone()).collect(),
+                c.pdb_violations,
+            )
+        })
+    }
+
+    fn core(rt: &tokio::runtime::Runtime) -> SchedulerCore {
+        SchedulerBuilder::without_client()
+            .build_core(rt.handle().clone())
+            .unwrap()
+    }
+
+    /// Run the search three ways on `core`'s cluster for `preemptor`.
+    fn compare(
+        core: &SchedulerCore,
+        preemptor: Pod,
+        nominated: &[(Arc<str>, Arc<PodInfo>)],
+        args: serde_json::Value,
+        offset: usize,
+    ) -> [Option<(String, Vec<String>, usize)>; 3] {
+        let fw: &Framework = core.profile("default-scheduler").unwrap();
+        let snapshot = core.cache().snapshot();
+        let pod = PodInfo::new(Arc::new(preemptor));
+        let mut state = CycleState::default();
+        fw.run_pre_filter(&mut state, &pod, snapshot).unwrap();
+        let ctx = PostFilterContext {
+            framework: fw,
+            snapshot,
+            nominated,
+        };
+        let mut plugin = DefaultPreemption::new(Some(&args), fw.handle()).unwrap();
+        plugin.fixed_offset = Some(offset);
+        let fast = plugin
+            .find_candidate(&ctx, &state, &pod, &NodeToStatus::default())
+            .ok();
+        plugin.early_exit = false;
+        let full = plugin
+            .find_candidate(&ctx, &state, &pod, &NodeToStatus::default())
+            .ok();
+        let reference = reference(&plugin, &ctx, &state, &pod);
+        [key(&fast), key(&full), key(&reference)]
+    }
+
+    #[test]
+    fn shortcuts_choose_what_the_full_search_chooses() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let mut found = 0;
+        for round in 0..150 {
+            let mut c = core(&rt);
+            let nodes = 4 + rng.next(24);
+            for i in 0..nodes {
+                c.handle_input(node(&format!("n{i}"), rng.next(3)));
+            }
+            for i in 0..nodes {
+                for j in 0..rng.next(6) {
+                    let prio = [0, 0, 5, 10, 50, 200][rng.next(6) as usize];
+                    let app = if rng.next(2) == 0 { "a" } else { "b" };
+                    // anti-affinity on some pods exercises the PreFilter extensions
+                    let extra = if rng.next(8) == 0 {
+                        json!({"nodeName": format!("n{i}"), "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}]}}})
+                    } else {
+                        json!({"nodeName": format!("n{i}")})
+                    };
+                    let p = pod(
+                        &format!("p{i}-{j}"),
+                        300 + 100 * rng.next(10),
+                        prio,
+                        rng.next(4),
+                        app,
+                        extra,
+                    );
+                    c.handle_input(Input::PodApply(Arc::new(p)));
+                }
+            }
+            if rng.next(2) == 0 {
+                let fw = c.profile("default-scheduler").unwrap();
+                *fw.handle().pdbs.write().unwrap() = vec![PdbInfo {
+                    namespace: "default".into(),
+                    name: "pdb".into(),
+                    selector: kubeforge_apimachinery::labels::Selector::parse("app=a").unwrap(),
+                    disruptions_allowed: rng.next(3) as i32,
+                }];
+            }
+            let mut nominated: Vec<(Arc<str>, Arc<PodInfo>)> = (0..rng.next(4))
+                .map(|k| {
+                    let p = pod(
+                        &format!("nom{k}"),
+                        500 + 500 * rng.next(4),
+                        150,
+                        0,
+                        "x",
+                        json!({}),
+                    );
+                    (
+                        Arc::from(format!("n{}", rng.next(nodes))),
+                        Arc::new(PodInfo::new(Arc::new(p))),
+                    )
+                })
+                .collect();
+            nominated.sort_by(|a, b| a.0.cmp(&b.0));
+            let extra = match rng.next(3) {
+                0 => json!({}),
+                1 => {
+                    json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "a"}}}]})
+                }
+                _ => {
+                    json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "b"}}}]}}})
+                }
+            };
+            let preemptor = pod(
+                &format!("hi{round}"),
+                1000 + 500 * rng.next(6),
+                100,
+                rng.next(4),
+                "a",
+                extra,
+            );
+            let args = if rng.next(2) == 0 {
+                json!({})
+            } else {
+                json!({"minCandidateNodesAbsolute": 1 + rng.next(5), "minCandidateNodesPercentage": rng.next(30)})
+            };
+            let [fast, full, reference] =
+                compare(&c, preemptor, &nominated, args, rng.next(64) as usize);
+            assert_eq!(full, reference, "round {round}: the full search");
+            assert_eq!(fast, reference, "round {round}: with the early stop");
+            if fast.is_some() {
+                found += 1;
+            }
+        }
+        assert!(found > 50, "only {found} of 150 rounds found a candidate");
+    }
+
+    #[test]
+    fn the_newest_lowest_victim_wins_even_after_a_good_candidate() {
+        // Three nodes each with one priority-0 pod; the one started last is
+        // the victim kube-scheduler picks, wherever the search starts.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut c = core(&rt);
+        for (i, start) in [(0, 10), (1, 30), (2, 20)] {
+            c.handle_input(node(&format!("n{i}"), 0));
+            let p = pod(
+                &format!("low{i}"),
+                3500,
+                0,
+                start,
+                "a",
+                json!({"nodeName": format!("n{i}")}),
+            );
+            c.handle_input(Input::PodApply(Arc::new(p)));
+        }
+        for offset in 0..3 {
+            // wherever the dry runs start
+            let [fast, full, reference] = compare(
+                &c,
+                pod("hi", 1000, 100, 0, "a", json!({})),
+                &[],
+                json!({}),
+                offset,
+            );
+            assert_eq!(fast, reference);
+            assert_eq!(full, reference);
+            assert_eq!(fast, Some(("n1".to_string(), vec!["low1".to_string()], 0)));
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! NodeResourcesBalancedAllocation (weight 1).
 
 use std::borrow::Cow;
+use std::ops::ControlFlow;
 
 use serde::Deserialize;
 
@@ -230,10 +231,36 @@ pub fn insufficient(
     ignored: &dyn Fn(&str) -> bool,
 ) -> Vec<Cow<'static, str>> {
     let mut out = Vec::new();
+    shortfalls(pod, node, ignored, |r| {
+        out.push(r);
+        ControlFlow::Continue(())
+    });
+    out
+}
+
+/// Whether the pod fits the node's resources: `insufficient` is empty.
+fn fits(pod: &PodInfo, node: &NodeInfo, ignored: &dyn Fn(&str) -> bool) -> bool {
+    let mut fits = true;
+    shortfalls(pod, node, ignored, |_| {
+        fits = false;
+        ControlFlow::Break(())
+    });
+    fits
+}
+
+/// Each reason the pod does not fit, in kube-scheduler's order, until `f`
+/// breaks.
+fn shortfalls(
+    pod: &PodInfo,
+    node: &NodeInfo,
+    ignored: &dyn Fn(&str) -> bool,
+    mut f: impl FnMut(Cow<'static, str>) -> ControlFlow<()>,
+) {
     let alloc = &node.allocatable;
     let used = &node.requested;
-    if node.pods.len() as i64 + 1 > alloc.allowed_pod_number {
-        out.push("Too many pods".into());
+    if node.pods.len() as i64 + 1 > alloc.allowed_pod_number && f("Too many pods".into()).is_break()
+    {
+        return;
     }
     let req = &pod.requests;
     if req.milli_cpu == 0
@@ -241,41 +268,49 @@ pub fn insufficient(
         && req.ephemeral_storage == 0
         && req.scalar.iter().all(|(_, v)| *v == 0)
     {
-        return out;
+        return;
     }
-    if req.milli_cpu > 0 && alloc.milli_cpu < req.milli_cpu + used.milli_cpu {
-        out.push("Insufficient cpu".into());
+    if req.milli_cpu > 0
+        && alloc.milli_cpu < req.milli_cpu + used.milli_cpu
+        && f("Insufficient cpu".into()).is_break()
+    {
+        return;
     }
-    if req.memory > 0 && alloc.memory < req.memory + used.memory {
-        out.push("Insufficient memory".into());
+    if req.memory > 0
+        && alloc.memory < req.memory + used.memory
+        && f("Insufficient memory".into()).is_break()
+    {
+        return;
     }
     if req.ephemeral_storage > 0
         && alloc.ephemeral_storage < req.ephemeral_storage + used.ephemeral_storage
+        && f("Insufficient ephemeral-storage".into()).is_break()
     {
-        out.push("Insufficient ephemeral-storage".into());
+        return;
     }
     for (name, v) in &req.scalar {
         if *v == 0 || ignored(name) {
             continue;
         }
-        if alloc.scalar(name) < v + used.scalar(name) {
-            out.push(format!("Insufficient {name}").into());
+        if alloc.scalar(name) < v + used.scalar(name)
+            && f(format!("Insufficient {name}").into()).is_break()
+        {
+            return;
         }
     }
-    out
 }
 
 impl FilterPlugin for NodeResourcesFit {
+    fn passes(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<bool, Status> {
+        Ok(fits(pod, node, &|n| self.is_ignored(n)))
+    }
+
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let reasons = insufficient(pod, node, &|n| self.is_ignored(n));
         if reasons.is_empty() {
             Status::success()
         } else {
-            Status {
-                code: crate::framework::Code::Unschedulable,
-                reasons,
-                plugin: String::new(),
-            }
+            Status::with_reasons(crate::framework::Code::Unschedulable, reasons)
         }
     }
 }

@@ -18,9 +18,9 @@ use serde_json::json;
 use super::helper::plugin;
 use super::node_affinity::matches_required;
 use crate::framework::{
-    ClusterEvent, CycleState, DomainCounts, FilterPlugin, MAX_NODE_SCORE, NodeInfo, NodeScore,
-    PodInfo, PodMatcher, PreFilterExtensions, PreFilterPlugin, PreFilterResult, PreScorePlugin,
-    ScorePlugin, Snapshot, Status,
+    ClusterEvent, Code, CycleState, DomainCounts, FilterPlugin, MAX_NODE_SCORE, NodeInfo,
+    NodeScore, PodInfo, PodMatcher, PreFilterExtensions, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ScorePlugin, Snapshot, Status,
     topology_counts::controller_uid,
     types::{NO_TOPOLOGY_VALUE, WELL_KNOWN_TOPOLOGY_KEYS, tolerates},
 };
@@ -335,42 +335,53 @@ impl PreFilterExtensions for PodTopologySpread {
     }
 }
 
+const MISSING_LABEL: &str =
+    "node(s) didn't match pod topology spread constraints (missing required label)";
+const SKEWED: &str = "node(s) didn't match pod topology spread constraints";
+
+/// Why the node fails the hard constraints (`None`: it passes).
+fn rejection(st: &FilterState, node: &NodeInfo) -> Option<(Code, &'static str)> {
+    for (i, c) in st.constraints.iter().enumerate() {
+        if let (Some((k, by_id)), Some((sid, ids))) = (&st.fast[i], node.topology_ids)
+            && sid == st.snapshot_id
+        {
+            let id = ids[*k];
+            if id == NO_TOPOLOGY_VALUE {
+                return Some((Code::UnschedulableAndUnresolvable, MISSING_LABEL));
+            }
+            let count = by_id.get(id as usize).copied().unwrap_or(0);
+            if count + st.self_match[i] - st.min[i] > c.max_skew {
+                return Some((Code::Unschedulable, SKEWED));
+            }
+            continue;
+        }
+        let Some(v) = node.labels().get(&c.key) else {
+            return Some((Code::UnschedulableAndUnresolvable, MISSING_LABEL));
+        };
+        let count = st.counts[i].get(v.as_str()).copied().unwrap_or(0);
+        if count + st.self_match[i] - st.min[i] > c.max_skew {
+            return Some((Code::Unschedulable, SKEWED));
+        }
+    }
+    None
+}
+
 impl FilterPlugin for PodTopologySpread {
     fn filter(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(st) = state.read::<FilterState>(STATE_FILTER) else {
-            return Status::success();
-        };
-        for (i, c) in st.constraints.iter().enumerate() {
-            if let (Some((k, by_id)), Some((sid, ids))) = (&st.fast[i], node.topology_ids)
-                && sid == st.snapshot_id
-            {
-                let id = ids[*k];
-                if id == NO_TOPOLOGY_VALUE {
-                    return Status::unresolvable(
-                        "node(s) didn't match pod topology spread constraints (missing required label)",
-                    );
-                }
-                let count = by_id.get(id as usize).copied().unwrap_or(0);
-                if count + st.self_match[i] - st.min[i] > c.max_skew {
-                    return Status::unschedulable(
-                        "node(s) didn't match pod topology spread constraints",
-                    );
-                }
-                continue;
-            }
-            let Some(v) = node.labels().get(&c.key) else {
-                return Status::unresolvable(
-                    "node(s) didn't match pod topology spread constraints (missing required label)",
-                );
-            };
-            let count = st.counts[i].get(v.as_str()).copied().unwrap_or(0);
-            if count + st.self_match[i] - st.min[i] > c.max_skew {
-                return Status::unschedulable(
-                    "node(s) didn't match pod topology spread constraints",
-                );
-            }
+        match state
+            .read::<FilterState>(STATE_FILTER)
+            .and_then(|st| rejection(st, node))
+        {
+            None => Status::success(),
+            Some((code, reason)) => Status::new(code, reason),
         }
-        Status::success()
+    }
+
+    fn passes(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<bool, Status> {
+        Ok(state
+            .read::<FilterState>(STATE_FILTER)
+            .and_then(|st| rejection(st, node))
+            .is_none())
     }
 }
 

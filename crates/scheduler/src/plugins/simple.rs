@@ -83,7 +83,7 @@ pub struct NodeName;
 plugin!(
     NodeName,
     "NodeName",
-    [filter],
+    [pre_filter, filter],
     events = vec![ClusterEvent::NodeAdd]
 );
 
@@ -118,7 +118,7 @@ pub struct NodePorts;
 plugin!(
     NodePorts,
     "NodePorts",
-    [filter],
+    [pre_filter, filter],
     events = vec![ClusterEvent::NodeAdd, ClusterEvent::PodDelete]
 );
 

@@ -12,11 +12,18 @@ pub struct TaintToleration;
 plugin!(
     TaintToleration,
     "TaintToleration",
-    [filter, score],
+    [filter, pre_score, score],
     events = vec![ClusterEvent::NodeAdd, ClusterEvent::NodeUpdate]
 );
 
 impl FilterPlugin for TaintToleration {
+    fn passes(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<bool, Status> {
+        Ok(node.taints.iter().all(|taint| {
+            (taint.effect != "NoSchedule" && taint.effect != "NoExecute")
+                || pod.tolerations.iter().any(|t| tolerates(t, taint))
+        }))
+    }
+
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         for taint in &node.taints {
             if taint.effect != "NoSchedule" && taint.effect != "NoExecute" {
