@@ -8,7 +8,15 @@
 //! until every pod is Running, the pod startup latency (a pod's first
 //! appearance in a watch → Running in the watch, the SLO's create →
 //! Running; p50/p99), the achieved creation rate and the `up` process's
-//! peak RSS (VmHWM).
+//! peak RSS (VmHWM), its CPU time per pod (user + system, from
+//! `/proc/<pid>/stat`) and the pods' stored size (JSON as served, with
+//! managedFields).
+//!
+//! For a per-component breakdown: `$KF_UP_ARGS` adds arguments to `up`
+//! (e.g. `--no-workload-controllers --no-scheduler`); `KF_BARE=1` creates
+//! the pods directly (no Deployments, so no workload controller is
+//! needed), `KF_BOUND=1` with them already bound round-robin to the nodes
+//! (no scheduler needed).
 //!
 //! `rollout`: `kubeforge up --pod-start-delay 0 --pod-exit-delay 0` and a
 //! 3-replica Deployment from `kubectl create deployment` to `kubectl
@@ -88,6 +96,18 @@ impl Up {
         kube::Client::try_from(config).expect("client")
     }
 
+    /// User + system CPU seconds used so far.
+    fn cpu_secs(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name (which ends with ')'): utime and
+        // stime are the 12th and 13th, in clock ticks (100 per second).
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        (tick(11) + tick(12)) / 100.0
+    }
+
     /// (VmRSS, VmHWM) in MiB.
     fn rss_mib(&self) -> (u64, u64) {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
@@ -139,6 +159,17 @@ fn deployment(name: &str, replicas: i32) -> Deployment {
     .expect("deployment")
 }
 
+fn bare_pod(name: &str, node: Option<String>) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": "bare"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+        },
+    }))
+    .expect("pod")
+}
+
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -154,7 +185,12 @@ async fn scale() {
     let rate = env("KF_RATE", 1000).max(1);
     let t0 = Instant::now();
     let nodes_arg = nodes.to_string();
-    let up = Up::start("scale", &["--nodes", &nodes_arg]);
+    let extra = std::env::var("KF_UP_ARGS").unwrap_or_default();
+    let mut args = vec!["--nodes", &nodes_arg];
+    args.extend(extra.split_whitespace());
+    let bare = env("KF_BARE", 0) == 1;
+    let bound = env("KF_BOUND", 0) == 1;
+    let up = Up::start("scale", &args);
     let registered = t0.elapsed();
     let client = up.client();
     println!(
@@ -162,6 +198,8 @@ async fn scale() {
         registered.as_secs_f64(),
         up.rss_mib()
     );
+    let cpu0 = up.cpu_secs();
+    let rss0 = up.rss_mib().0;
 
     // Watch every pod: first appearance → Running.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, bool, Instant)>();
@@ -181,6 +219,7 @@ async fn scale() {
     });
 
     let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    let pod_api: Api<Pod> = Api::default_namespaced(client.clone());
     let count = pods.div_ceil(replicas);
     let every = Duration::from_secs_f64(replicas as f64 / rate as f64);
     let start = Instant::now();
@@ -189,6 +228,27 @@ async fn scale() {
             let n = replicas.min(pods - i * replicas) as i32;
             let at = start + every.mul_f64(i as f64);
             tokio::time::sleep_until(at.into()).await;
+            if bare {
+                // `n` pods spread evenly over this slot, 20 at a time.
+                let step = every.div_f64(f64::from(n).max(1.0) / 20.0);
+                for chunk in 0..(n as u64).div_ceil(20) {
+                    tokio::time::sleep_until((at + step.mul_f64(chunk as f64)).into()).await;
+                    let first = i * replicas + chunk * 20;
+                    let last = (first + 20).min(i * replicas + n as u64);
+                    let creates = (first..last).map(|j| {
+                        let node = bound.then(|| format!("node-{}", j % nodes));
+                        let pod = bare_pod(&format!("bare-{j}"), node);
+                        let api = pod_api.clone();
+                        async move { api.create(&PostParams::default(), &pod).await }
+                    });
+                    for r in futures::future::join_all(creates).await {
+                        if let Err(e) = r {
+                            eprintln!("create pod: {e}");
+                        }
+                    }
+                }
+                continue;
+            }
             if let Err(e) = deployments
                 .create(&PostParams::default(), &deployment(&format!("load-{i}"), n))
                 .await
@@ -248,6 +308,35 @@ async fn scale() {
         pct(&latencies, 1.0).as_secs_f64()
     );
     println!("scale: kubeforge up RSS {rss} MiB now, peak {peak_hwm} MiB");
+    let cpu = up.cpu_secs() - cpu0;
+    let n = latencies.len().max(1) as f64;
+    println!(
+        "scale: per pod: RSS growth {:.1} KiB (now − after start-up), CPU of `up` {:.2} ms ({cpu:.1} s in all, from after start-up)",
+        (rss.saturating_sub(rss0) as f64) * 1024.0 / n,
+        cpu * 1000.0 / n
+    );
+    let all: Api<Pod> = Api::all(client.clone());
+    let (mut bytes, mut managed, mut listed) = (0usize, 0usize, 0usize);
+    let mut lp = kube::api::ListParams::default().limit(5000);
+    loop {
+        let Ok(page) = all.list(&lp).await else { break };
+        for p in &page.items {
+            bytes += serde_json::to_vec(p).map(|v| v.len()).unwrap_or(0);
+            managed += serde_json::to_vec(&p.metadata.managed_fields)
+                .map(|v| v.len())
+                .unwrap_or(0);
+            listed += 1;
+        }
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp.continue_token = Some(c),
+            _ => break,
+        }
+    }
+    println!(
+        "scale: stored pods: {listed}, {:.2} KiB JSON each as served, of which managedFields {:.2} KiB",
+        bytes as f64 / 1024.0 / listed.max(1) as f64,
+        managed as f64 / 1024.0 / listed.max(1) as f64
+    );
 }
 
 fn rollout() {

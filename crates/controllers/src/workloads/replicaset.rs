@@ -268,18 +268,19 @@ async fn write_status(
     let spec = rs.spec.clone().unwrap_or_default();
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
     let now = jiff::Timestamp::now();
-    let template_labels: BTreeMap<String, String> = spec
+    static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+    let template_labels = spec
         .template
         .as_ref()
         .and_then(|t| t.metadata.as_ref())
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
+        .and_then(|m| m.labels.as_ref())
+        .unwrap_or(&NO_LABELS);
     let mut ready = 0;
     let mut available = 0;
     let mut fully_labeled = 0;
     let mut requeue: Option<Duration> = None;
     for p in active {
-        let labels = p.metadata.labels.clone().unwrap_or_default();
+        let labels = p.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
         if template_labels
             .iter()
             .all(|(k, v)| labels.get(k) == Some(v))

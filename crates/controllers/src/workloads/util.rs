@@ -71,7 +71,8 @@ impl Expectations {
         let Some(e) = m.get_mut(owner) else {
             return true;
         };
-        e.adds.retain(|k| pods.get(&pod_ref(k)).is_none());
+        // `contains` needs no decode of a compactly cached pod.
+        e.adds.retain(|k| !pods.contains(&pod_ref(k)));
         e.dels.retain(|k| {
             pods.get(&pod_ref(k))
                 .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
