@@ -196,13 +196,29 @@ impl Snapshot {
             for img in old {
                 self.dec_image(&img);
             }
+            // Domains depend on the labels only: a status-only update (a
+            // heartbeat, conditions, allocatable) moves no count, and redoing
+            // every kept count for every pod of the node on each heartbeat
+            // was most of the scheduler's time in a large cluster.
+            let relabelled = self.nodes[i].node.is_none()
+                || node
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .map_or(!self.nodes[i].labels().is_empty(), |l| {
+                        l != self.nodes[i].labels()
+                    });
             let topology = self.topology.get_mut();
-            topology.node_delta(&self.nodes[i], -1);
-            self.terms.node_delta(&self.nodes[i], -1);
+            if relabelled {
+                topology.node_delta(&self.nodes[i], -1);
+                self.terms.node_delta(&self.nodes[i], -1);
+            }
             self.nodes[i].set_node(node);
             self.interner.stamp(&mut self.nodes[i]);
-            topology.node_delta(&self.nodes[i], 1);
-            self.terms.node_delta(&self.nodes[i], 1);
+            if relabelled {
+                topology.node_delta(&self.nodes[i], 1);
+                self.terms.node_delta(&self.nodes[i], 1);
+            }
             for img in self.nodes[i].images.keys() {
                 *self.image_nodes.entry(img.clone()).or_default() += 1;
             }

@@ -466,6 +466,10 @@ mod tests {
         // a node relabelled to another zone takes its pods along
         s.apply_node(node("n2", Some("b")));
         check(&s, &m, &[("a", 0), ("b", 2)]);
+        // the same labels again (a heartbeat) change nothing
+        s.apply_node(node("n2", Some("b")));
+        s.apply_node(node("n3", Some("b")));
+        check(&s, &m, &[("a", 0), ("b", 2)]);
         // a node losing its zone label drops out; the last node of a
         // domain leaving removes the domain
         s.apply_node(node("n1", None));
