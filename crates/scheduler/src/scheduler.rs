@@ -867,6 +867,14 @@ enum Failure {
     Error(Status),
 }
 
+/// An object for the scheduler's cache without its managedFields, which
+/// nothing here reads (kube-scheduler's informers trim them the same way):
+/// a third of a typical pod's decoded size.
+fn trimmed<K: kube::Resource>(mut obj: K) -> Arc<K> {
+    obj.meta_mut().managed_fields = None;
+    Arc::new(obj)
+}
+
 fn spawn_watches(
     rt: &tokio::runtime::Handle,
     client: kube::Client,
@@ -883,14 +891,14 @@ fn spawn_watches(
             let mut s = std::pin::pin!(watcher(api, watcher::Config::default()));
             while let Some(ev) = s.next().await {
                 let ok = match ev {
-                    Ok(watcher::Event::Apply(p)) => tx.send(Input::PodApply(Arc::new(p))).is_ok(),
+                    Ok(watcher::Event::Apply(p)) => tx.send(Input::PodApply(trimmed(p))).is_ok(),
                     Ok(watcher::Event::InitApply(p)) => {
                         if let (Some(seen), Some(uid)) = (seen.as_mut(), p.metadata.uid.clone()) {
                             seen.insert(uid);
                         }
-                        tx.send(Input::PodApply(Arc::new(p))).is_ok()
+                        tx.send(Input::PodApply(trimmed(p))).is_ok()
                     }
-                    Ok(watcher::Event::Delete(p)) => tx.send(Input::PodDelete(Arc::new(p))).is_ok(),
+                    Ok(watcher::Event::Delete(p)) => tx.send(Input::PodDelete(trimmed(p))).is_ok(),
                     Ok(watcher::Event::Init) => {
                         seen = Some(HashSet::new());
                         true
@@ -919,12 +927,12 @@ fn spawn_watches(
             let mut s = std::pin::pin!(watcher(api, watcher::Config::default()));
             while let Some(ev) = s.next().await {
                 let ok = match ev {
-                    Ok(watcher::Event::Apply(n)) => tx.send(Input::NodeApply(Arc::new(n))).is_ok(),
+                    Ok(watcher::Event::Apply(n)) => tx.send(Input::NodeApply(trimmed(n))).is_ok(),
                     Ok(watcher::Event::InitApply(n)) => {
                         if let (Some(seen), Some(name)) = (seen.as_mut(), n.metadata.name.clone()) {
                             seen.insert(name);
                         }
-                        tx.send(Input::NodeApply(Arc::new(n))).is_ok()
+                        tx.send(Input::NodeApply(trimmed(n))).is_ok()
                     }
                     Ok(watcher::Event::Delete(n)) => tx
                         .send(Input::NodeDelete(n.metadata.name.unwrap_or_default()))
