@@ -263,6 +263,7 @@ impl SchedulerBuilder {
             metrics: Arc::new(Metrics::default()),
             handle,
             cycles: 0,
+            synced: (false, false),
         })
     }
 
@@ -352,6 +353,11 @@ pub struct SchedulerCore {
     metrics: Arc<Metrics>,
     handle: Handle,
     cycles: u64,
+    /// Whether the pod and node watches have each listed once: as
+    /// kube-scheduler waits for its informers to sync, [`Self::run`] starts
+    /// scheduling only then (before, a pod could be judged against an empty
+    /// node list: "0/0 nodes are available").
+    synced: (bool, bool),
 }
 
 impl SchedulerCore {
@@ -401,7 +407,7 @@ impl SchedulerCore {
             if self.cycles.is_multiple_of(64) {
                 self.metrics.pending(self.queue.lengths());
             }
-            if self.schedule_one().is_some() {
+            if self.synced == (true, true) && self.schedule_one().is_some() {
                 continue;
             }
             self.metrics.pending(self.queue.lengths());
@@ -445,6 +451,7 @@ impl SchedulerCore {
                 }
             }
             Input::PodsRelisted(live) => {
+                self.synced.0 = true;
                 let gone: Vec<Arc<PodInfo>> = self
                     .queue
                     .pods()
@@ -503,6 +510,7 @@ impl SchedulerCore {
             }
             Input::NodeDelete(name) => self.cache.remove_node(&name),
             Input::NodesRelisted(live) => {
+                self.synced.1 = true;
                 let gone: Vec<String> = self
                     .cache
                     .snapshot()
