@@ -709,6 +709,49 @@ fn report_trace(runs: &[(u64, Vec<Rec>)]) {
         }
         let out = trace_path(&format!("webhook-trace-{rate}.tsv"));
         let _ = std::fs::write(&out, lines);
+        // Stalls: the pacer (one thread doing nothing but sleep and send)
+        // woke over 1 ms late. Consecutive late releases are one stall.
+        let mut by_time: Vec<&Rec> = recs.iter().collect();
+        by_time.sort_unstable_by_key(|r| r.scheduled);
+        let mut stalls: Vec<(Instant, Instant)> = Vec::new();
+        for r in &by_time {
+            if r.released - r.scheduled > Duration::from_millis(1) {
+                match stalls.last_mut() {
+                    Some((_, end)) if r.scheduled <= *end => *end = (*end).max(r.released),
+                    _ => stalls.push((r.scheduled, r.released)),
+                }
+            }
+        }
+        let slow_reviews: Vec<&&Rec> = by_time
+            .iter()
+            .filter(|r| r.done - r.scheduled > Duration::from_millis(2))
+            .collect();
+        // A slow review overlapping a stall (or within 10 ms after it: the
+        // backlog it left) was held up by it.
+        let in_stall = slow_reviews
+            .iter()
+            .filter(|r| {
+                stalls.iter().any(|(from, to)| {
+                    r.done >= *from && r.scheduled <= *to + Duration::from_millis(10)
+                })
+            })
+            .count();
+        let longest = stalls
+            .iter()
+            .map(|(from, to)| *to - *from)
+            .max()
+            .unwrap_or_default();
+        println!(
+            "trace {rate}/s: {} pacer stalls over 1 ms (longest {:.1} ms, {:.1} ms in all); \
+             {} reviews over 2 ms, {in_stall} of them during or just after a stall",
+            stalls.len(),
+            longest.as_secs_f64() * 1e3,
+            stalls
+                .iter()
+                .map(|(from, to)| (*to - *from).as_secs_f64() * 1e3)
+                .sum::<f64>(),
+            slow_reviews.len()
+        );
         rows.sort_unstable_by_key(|r| r[7]);
         let n = rows.len();
         if n == 0 {
