@@ -33,8 +33,13 @@
 //! which worker. Both sides stamp with `Instant` (CLOCK_MONOTONIC) mapped
 //! onto one wall-clock origin taken once per process, so the two logs can
 //! be merged. The bench prints where the time of the median and of the
-//! slowest 1 % of reviews went, and writes the merged log (one line per
-//! review, nanoseconds) to `target/webhook-trace-<rate>.tsv`.
+//! slowest 1 % of reviews went, and the stalls: the pacer waking over 1 ms
+//! late, or either process doing nothing for over 1 ms while work waited on
+//! it, with how many of the reviews over 2 ms each kind overlaps. It writes
+//! the merged log (one line per review, nanoseconds) to
+//! `$CARGO_TARGET_DIR/tmp/webhook-trace-<rate>.tsv`. On a shared machine,
+//! `chrt -f 10` before the command gives both processes the CPU whenever
+//! they are runnable.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -650,6 +655,48 @@ fn main() {
     }
 }
 
+/// Overlapping or touching (from, to) spans merged into one.
+fn merge_spans(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    spans.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in spans {
+        match out.last_mut() {
+            Some((_, end)) if a <= *end => *end = (*end).max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// Spans over 1 ms in which a process recorded no event (`events`) while
+/// some work had been waiting on it (`waiting`: from when to when).
+fn idle_while_waiting(mut events: Vec<u64>, mut waiting: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    const MS: u64 = 1_000_000;
+    events.sort_unstable();
+    waiting.sort_unstable();
+    let mut out = Vec::new();
+    for w in events.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if b - a <= MS {
+            continue;
+        }
+        // The earliest moment in (a, b) from which some work waited until b.
+        let lo = waiting.partition_point(|(from, _)| *from + 100 * MS < a);
+        let hi = waiting.partition_point(|(from, _)| *from < b);
+        let since = waiting[lo..hi]
+            .iter()
+            .filter(|(_, to)| *to >= b)
+            .map(|(from, _)| (*from).max(a))
+            .min();
+        if let Some(since) = since
+            && b - since > MS
+        {
+            out.push((since, b));
+        }
+    }
+    out
+}
+
 /// Merge both sides' timestamps per review and say where the time of the
 /// median reviews and of the slowest 1 % went.
 fn report_trace(runs: &[(u64, Vec<Rec>)]) {
@@ -676,6 +723,11 @@ fn report_trace(runs: &[(u64, Vec<Rec>)]) {
     for (rate, recs) in runs {
         // Phases in ns, per review; the server's stamps are on the same clock.
         let mut rows: Vec<[i64; 8]> = Vec::with_capacity(recs.len());
+        // For the stall search: when each process did something, and when
+        // work waited on it.
+        let (mut gen_events, mut gen_waiting) = (Vec::new(), Vec::new());
+        let (mut srv_events, mut srv_waiting) = (Vec::new(), Vec::new());
+        let mut spans: Vec<(u64, u64)> = Vec::new();
         let mut lines = String::from(
             "id\tconn\tworker\tscheduled\treleased\ttaken\tsent\thandler_start\thandler_end\thead\tdone\n",
         );
@@ -695,6 +747,13 @@ fn report_trace(runs: &[(u64, Vec<Rec>)]) {
                 "{}\t{}\t{worker}\t{sc}\t{rl}\t{tk}\t{sn}\t{hs}\t{he}\t{hd}\t{dn}\n",
                 r.id, r.conn
             ));
+            gen_events.extend([tk, hd, dn]);
+            gen_waiting.extend([(rl, tk), (he, hd)]);
+            srv_events.extend([hs, he]);
+            srv_waiting.push((sn, hs));
+            if dn.saturating_sub(sc) > 2_000_000 {
+                spans.push((sc, dn));
+            }
             let d = |a: u64, b: u64| b as i64 - a as i64;
             rows.push([
                 d(sc, rl),
@@ -709,49 +768,35 @@ fn report_trace(runs: &[(u64, Vec<Rec>)]) {
         }
         let out = trace_path(&format!("webhook-trace-{rate}.tsv"));
         let _ = std::fs::write(&out, lines);
-        // Stalls: the pacer (one thread doing nothing but sleep and send)
-        // woke over 1 ms late. Consecutive late releases are one stall.
-        let mut by_time: Vec<&Rec> = recs.iter().collect();
-        by_time.sort_unstable_by_key(|r| r.scheduled);
-        let mut stalls: Vec<(Instant, Instant)> = Vec::new();
-        for r in &by_time {
-            if r.released - r.scheduled > Duration::from_millis(1) {
-                match stalls.last_mut() {
-                    Some((_, end)) if r.scheduled <= *end => *end = (*end).max(r.released),
-                    _ => stalls.push((r.scheduled, r.released)),
-                }
-            }
-        }
-        let slow_reviews: Vec<&&Rec> = by_time
+        // Stalls: the pacer (a thread doing nothing but sleep and send) woke
+        // over 1 ms late; or a process did nothing for over 1 ms while work
+        // waited on it (the generator: a released review no connection task
+        // took, an answer sent but not read; the server: a request written
+        // whose handler had not started; the latter includes the
+        // generator's own write, so it is an upper bound).
+        let pacer: Vec<(u64, u64)> = recs
             .iter()
-            .filter(|r| r.done - r.scheduled > Duration::from_millis(2))
+            .filter(|r| r.released - r.scheduled > Duration::from_millis(1))
+            .map(|r| (stamp(r.scheduled), stamp(r.released)))
             .collect();
-        // A slow review overlapping a stall (or within 10 ms after it: the
-        // backlog it left) was held up by it.
-        let in_stall = slow_reviews
-            .iter()
-            .filter(|r| {
-                stalls.iter().any(|(from, to)| {
-                    r.done >= *from && r.scheduled <= *to + Duration::from_millis(10)
-                })
-            })
-            .count();
-        let longest = stalls
-            .iter()
-            .map(|(from, to)| *to - *from)
-            .max()
-            .unwrap_or_default();
-        println!(
-            "trace {rate}/s: {} pacer stalls over 1 ms (longest {:.1} ms, {:.1} ms in all); \
-             {} reviews over 2 ms, {in_stall} of them during or just after a stall",
-            stalls.len(),
-            longest.as_secs_f64() * 1e3,
-            stalls
+        for (name, stalls) in [
+            ("pacer", merge_spans(pacer)),
+            ("generator", idle_while_waiting(gen_events, gen_waiting)),
+            ("server", idle_while_waiting(srv_events, srv_waiting)),
+        ] {
+            let held = spans
                 .iter()
-                .map(|(from, to)| (*to - *from).as_secs_f64() * 1e3)
-                .sum::<f64>(),
-            slow_reviews.len()
-        );
+                .filter(|(from, to)| stalls.iter().any(|(a, b)| a < to && b > from))
+                .count();
+            println!(
+                "trace {rate}/s: {name} stalls over 1 ms: {} (longest {:.1} ms, {:.1} ms in all); \
+                 {held} of the {} reviews over 2 ms overlap one",
+                stalls.len(),
+                stalls.iter().map(|(a, b)| b - a).max().unwrap_or(0) as f64 / 1e6,
+                stalls.iter().map(|(a, b)| b - a).sum::<u64>() as f64 / 1e6,
+                spans.len()
+            );
+        }
         rows.sort_unstable_by_key(|r| r[7]);
         let n = rows.len();
         if n == 0 {
