@@ -129,6 +129,27 @@ impl Https {
         let body = resp.into_body().collect().await.expect("body").to_bytes();
         (status, body)
     }
+
+    /// POST `body` to `path`; status, body, when the request was handed to
+    /// hyper (connection ready) and when the response headers arrived.
+    pub async fn post_timed(
+        &mut self,
+        path: &str,
+        body: Bytes,
+    ) -> (u16, Bytes, std::time::Instant, std::time::Instant) {
+        self.sender.ready().await.expect("ready");
+        let req = http::Request::post(path)
+            .header("host", "127.0.0.1")
+            .header("content-type", "application/json")
+            .body(Full::new(body))
+            .expect("request");
+        let sent = std::time::Instant::now();
+        let resp = self.sender.send_request(req).await.expect("send");
+        let head = std::time::Instant::now();
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, body, sent, head)
+    }
 }
 
 /// A free loopback port nothing listens on.
