@@ -87,9 +87,9 @@ impl Encoded {
     }
 
     /// The stored bytes: the object with `resourceVersion` = `rev`.
-    pub fn with_rv(self, rev: u64) -> bytes::Bytes {
-        if let Some(obj) = self.fallback {
-            return encode_with_rv(obj, rev);
+    pub fn with_rv(&self, rev: u64) -> bytes::Bytes {
+        if let Some(obj) = &self.fallback {
+            return encode_with_rv(obj.clone(), rev);
         }
         let rv = rev.to_string();
         let mut out = Vec::with_capacity(self.bytes.len() + rv.len());
@@ -97,6 +97,17 @@ impl Encoded {
         out.extend_from_slice(rv.as_bytes());
         out.extend_from_slice(&self.bytes[self.slot.end..]);
         bytes::Bytes::from(out)
+    }
+}
+
+impl Encoded {
+    /// The object back, for the rare write that must change it after
+    /// encoding (a generated name that collided).
+    pub fn into_value(self) -> Value {
+        match self.fallback {
+            Some(obj) => obj,
+            None => serde_json::from_slice(&self.bytes).unwrap_or(Value::Null),
+        }
     }
 }
 

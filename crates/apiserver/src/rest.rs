@@ -724,6 +724,7 @@ pub(crate) async fn create_object(
     }
     let generate = meta_str(&obj, "generateName").map(str::to_string);
     let mut name = meta_str(&obj, "name").unwrap_or_default().to_string();
+    let generated = name.is_empty();
     if name.is_empty() {
         match generate.as_deref() {
             Some(g) if !g.is_empty() => {
@@ -798,19 +799,34 @@ pub(crate) async fn create_object(
     if ctx.dry_run() {
         return Ok((StatusCode::CREATED, Bytes::from(obj.to_string())));
     }
-    let key = ctx.key(&name);
-    let encoded = object::Encoded::new(ctx.def.to_storage(obj));
-    let kv = match ctx
-        .server
-        .store()
-        .create(&key, move |rev| encoded.with_rv(rev))
-        .await
-    {
-        Ok(kv) => kv,
-        Err(StoreError::AlreadyExists { .. }) => {
-            return Err(ApiError::already_exists(ctx.def.gr(), &name));
+    let mut encoded = object::Encoded::new(ctx.def.to_storage(obj));
+    let mut retries = 0;
+    let kv = loop {
+        let key = ctx.key(&name);
+        match ctx
+            .server
+            .store()
+            .create(&key, |rev| encoded.with_rv(rev))
+            .await
+        {
+            Ok(kv) => break kv,
+            // A generated name that is taken is generated again, up to
+            // seven times, as kube-apiserver does since 1.32
+            // (RetryGenerateName): five random characters collide within
+            // a few thousand pods of one ReplicaSet.
+            Err(StoreError::AlreadyExists { .. }) if generated && retries < 7 => {
+                retries += 1;
+                let prefix = generate.as_deref().unwrap_or_default();
+                name = format!("{prefix}{}", object::random_suffix());
+                let mut obj = encoded.into_value();
+                meta_mut(&mut obj).insert("name".into(), json!(name));
+                encoded = object::Encoded::new(obj);
+            }
+            Err(StoreError::AlreadyExists { .. }) => {
+                return Err(ApiError::already_exists(ctx.def.gr(), &name));
+            }
+            Err(e) => return Err(e.into()),
         }
-        Err(e) => return Err(e.into()),
     };
     crate::crd::after_write(ctx, &kv.value)?;
     Ok((StatusCode::CREATED, kv.value))
