@@ -96,7 +96,8 @@ async fn gang_of_four_all_or_nothing() {
         {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "{evs:?}");
+        // usually within 1 s; a retry after backoff (up to 10 s) can come first
+        assert!(start.elapsed() < Duration::from_secs(30), "{evs:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(node_after(&c, "short-1", Duration::ZERO).await, None);

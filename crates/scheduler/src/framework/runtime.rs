@@ -987,6 +987,7 @@ fn with_scratch<R>(node: &NodeInfo, f: impl FnOnce(&mut NodeInfo) -> R) -> R {
             // Do not keep the node's objects alive until the next call.
             scratch.node = None;
             scratch.pods.clear();
+            scratch.controllers.clear();
             r
         }
         Err(_) => f(&mut node.clone()),

@@ -506,6 +506,44 @@ mod tests {
         check(&s, &owned, &[("a", 1), ("b", 0)]);
     }
 
+    /// A node's per-controller counts equal a scan of its pods with the
+    /// controller matcher, through adds, removals and terminating pods.
+    #[test]
+    fn node_controller_counts_match_a_scan() {
+        let mut s = Snapshot::new();
+        s.apply_node(node("n1", Some("a")));
+        let scan = |s: &Snapshot, uid: &str| {
+            let n = s.get("n1").unwrap();
+            let m = PodMatcher::Controller(uid.into());
+            let scanned = n.pods.iter().filter(|p| m.counts("default", p)).count() as u32;
+            let kept = n.controllers.get(uid).copied().unwrap_or(0);
+            assert_eq!(kept, scanned, "{uid}");
+            kept
+        };
+        s.add_pod("n1", pod("p1", "default", "web", Some("rs-1")));
+        s.add_pod("n1", pod("p2", "default", "web", Some("rs-1")));
+        s.add_pod("n1", pod("p3", "default", "web", Some("rs-2")));
+        s.add_pod("n1", pod("p4", "default", "web", None));
+        assert_eq!(scan(&s, "rs-1"), 2);
+        assert_eq!(scan(&s, "rs-2"), 1);
+        s.remove_pod("n1", "p1");
+        assert_eq!(scan(&s, "rs-1"), 1);
+        // a terminating pod is not counted, and its removal changes nothing
+        let mut p: Pod = (*pod("p5", "default", "web", Some("rs-2")).pod).clone();
+        p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::UNIX_EPOCH,
+        ));
+        s.add_pod("n1", Arc::new(PodInfo::new(Arc::new(p))));
+        assert_eq!(scan(&s, "rs-2"), 1);
+        s.remove_pod("n1", "p5");
+        s.remove_pod("n1", "p3");
+        assert_eq!(scan(&s, "rs-2"), 0);
+        assert!(!s.get("n1").unwrap().controllers.contains_key("rs-2"));
+        // a copy carries the counts
+        let copy = s.get("n1").unwrap().clone();
+        assert_eq!(copy.controllers.get("rs-1"), Some(&1));
+    }
+
     #[test]
     fn entries_are_bounded() {
         let mut s = Snapshot::new();

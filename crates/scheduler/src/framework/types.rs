@@ -709,6 +709,15 @@ pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
     }
 }
 
+/// The controller UID a pod counts under in [`NodeInfo::controllers`]:
+/// its controller owner's, unless the pod is terminating.
+fn counted_controller(pod: &PodInfo) -> Option<&str> {
+    if pod.pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    super::topology_counts::controller_uid(pod)
+}
+
 /// A node and the aggregates of the pods assigned (or assumed) to it.
 #[derive(Debug, Default)]
 pub struct NodeInfo {
@@ -730,6 +739,11 @@ pub struct NodeInfo {
     pub pods: Vec<Arc<PodInfo>>,
     /// How many of `pods` have pod (anti-)affinity terms.
     pub pods_with_affinity: usize,
+    /// Per controller owner UID, how many of `pods` it controls that are
+    /// not terminating: PodTopologySpread's per-node count for the default
+    /// constraints (by hostname) without scanning the node's pods for every
+    /// scored node.
+    pub controllers: HashMap<Box<str>, u32, super::topology_counts::FastBuild>,
     /// How many of `pods` have required anti-affinity terms.
     pub pods_with_required_anti_affinity: usize,
     /// Host ports in use.
@@ -784,6 +798,7 @@ impl Clone for NodeInfo {
             non_zero_memory,
             pods,
             pods_with_affinity,
+            controllers,
             pods_with_required_anti_affinity,
             used_ports,
             images,
@@ -801,6 +816,7 @@ impl Clone for NodeInfo {
         self.non_zero_memory = *non_zero_memory;
         self.pods.clone_from(pods);
         self.pods_with_affinity = *pods_with_affinity;
+        self.controllers.clone_from(controllers);
         self.pods_with_required_anti_affinity = *pods_with_required_anti_affinity;
         self.used_ports.clone_from(used_ports);
         self.images.clone_from(images);
@@ -866,6 +882,14 @@ impl NodeInfo {
         if !pod.required_anti_affinity.is_empty() {
             self.pods_with_required_anti_affinity += 1;
         }
+        if let Some(uid) = counted_controller(&pod) {
+            match self.controllers.get_mut(uid) {
+                Some(n) => *n += 1,
+                None => {
+                    self.controllers.insert(uid.into(), 1);
+                }
+            }
+        }
         self.pods.push(pod);
         self.generation += 1;
     }
@@ -898,6 +922,14 @@ impl NodeInfo {
         }
         if !pod.required_anti_affinity.is_empty() {
             self.pods_with_required_anti_affinity -= 1;
+        }
+        if let Some(uid) = counted_controller(&pod)
+            && let Some(n) = self.controllers.get_mut(uid)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.controllers.remove(uid);
+            }
         }
         self.generation += 1;
         pod

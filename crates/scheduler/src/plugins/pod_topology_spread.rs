@@ -493,10 +493,20 @@ impl ScorePlugin for PodTopologySpread {
                 continue;
             };
             let cnt = if c.key == HOSTNAME {
-                node.pods
-                    .iter()
-                    .filter(|p| c.matches(&pod.namespace, p))
-                    .count() as i64
+                match &c.matcher {
+                    // The default constraints: the node keeps this count.
+                    // A controller's pods are in its namespace (an owner in
+                    // another namespace is invalid in Kubernetes), so this is
+                    // the incoming pod's namespace too.
+                    PodMatcher::Controller(uid) => {
+                        i64::from(node.controllers.get(uid.as_str()).copied().unwrap_or(0))
+                    }
+                    _ => node
+                        .pods
+                        .iter()
+                        .filter(|p| c.matches(&pod.namespace, p))
+                        .count() as i64,
+                }
             } else {
                 st.counts[i].get(v.as_str()).copied().unwrap_or(0)
             };
