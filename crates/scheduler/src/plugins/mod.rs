@@ -120,15 +120,21 @@ mod tests {
             .unwrap_or_default()
     }
 
-    #[test]
-    fn skippable_points_are_wired_and_still_decide() {
+    /// A scheduler core with the default profile, and the runtime it needs.
+    fn default_core() -> (tokio::runtime::Runtime, crate::scheduler::SchedulerCore) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        let mut core = SchedulerBuilder::without_client()
+        let core = SchedulerBuilder::without_client()
             .build_core(rt.handle().clone())
             .unwrap();
+        (rt, core)
+    }
+
+    #[test]
+    fn skippable_points_are_wired_and_still_decide() {
+        let (_rt, mut core) = default_core();
         let enabled = core.profile("default-scheduler").unwrap().enabled();
         let pre_filter = names(&enabled, "preFilter");
         let pre_score = names(&enabled, "preScore");
@@ -192,13 +198,7 @@ mod tests {
     #[test]
     fn passes_agrees_with_filter() {
         use crate::framework::{CycleState, PodInfo};
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut core = SchedulerBuilder::without_client()
-            .build_core(rt.handle().clone())
-            .unwrap();
+        let (_rt, mut core) = default_core();
         let mut seed = 0x2545_F491_4F6C_DD1Du64;
         let mut next = |n: u64| {
             seed ^= seed << 13;
