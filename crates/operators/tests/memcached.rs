@@ -327,7 +327,12 @@ async fn two_replicas_with_leader_election() {
         })
         .await;
     }
-    assert!(a.reconciles("memcached") > 0, "the leader reconciles");
+    // The Deployment is written inside the reconcile; the counter moves
+    // when the reconcile returns, a moment later.
+    eventually(10, "the leader's reconciles counted", || async {
+        (a.reconciles("memcached") > 0).then_some(())
+    })
+    .await;
     assert_eq!(b.reconciles("memcached"), 0, "the follower does not");
 
     // The leader stops without releasing the Lease (as if killed): the
@@ -348,7 +353,10 @@ async fn two_replicas_with_leader_election() {
         deps.get_opt("three").await.unwrap().map(|_| ())
     })
     .await;
-    assert!(b.reconciles("memcached") > 0, "the new leader reconciles");
+    eventually(10, "the new leader's reconciles counted", || async {
+        (b.reconciles("memcached") > 0).then_some(())
+    })
+    .await;
     b.stop().await;
     env.stop().await;
 }
