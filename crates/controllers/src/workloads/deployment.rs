@@ -763,7 +763,7 @@ impl Sync<'_> {
                 || self
                     .ctx
                     .pod_index
-                    .owned_by(&self.ctx.pods, &uid)
+                    .owned_by_slim(&self.ctx.pods, &uid)
                     .iter()
                     .any(|p| !matches!(util::phase(p), "Succeeded" | "Failed"))
         });

@@ -50,6 +50,7 @@ pub mod deployment;
 pub mod endpoints;
 pub mod job;
 pub mod nodelifecycle;
+pub(crate) mod pod_index;
 pub mod replicaset;
 pub mod statefulset;
 pub(crate) mod util;
@@ -108,7 +109,9 @@ pub struct WorkloadOptions {
     /// its Ready condition's `lastHeartbeatTime`) before it is marked
     /// NotReady/Unknown (default 40 s, `--node-monitor-grace-period`).
     pub node_monitor_grace_period: Duration,
-    /// How often node health is checked (default 5 s).
+    /// How often a node whose heartbeats stopped is looked at again
+    /// (default 5 s); a healthy node is looked at when its heartbeats would
+    /// go stale.
     pub node_monitor_period: Duration,
     /// Pods created per ReplicaSet sync at most (default 500, kube's
     /// burstReplicas).
@@ -164,7 +167,7 @@ pub(crate) struct Ctx {
     pub revisions: Cache<ControllerRevision>,
     pub leases: Cache<Lease>,
     pub expectations: util::Expectations,
-    pub pod_index: util::PodIndex,
+    pub pod_index: pod_index::PodIndex,
 }
 
 /// The context a controller is registered with (the runtime wraps it in an
@@ -213,9 +216,9 @@ pub async fn start(client: Client, opts: WorkloadOptions) -> Result<Workloads, E
     // Compact caches (the runtime's default): a running pod costs ~3.8 KiB
     // as compact JSON instead of ~15 KiB decoded, which is what lets
     // 150,000 pods fit. Reconciles reach only their own pods (through
-    // `PodIndex`: by owner, node or namespace), and an object read stays
-    // decoded while in use and for about a second after, so a busy
-    // ReplicaSet's pods are decoded about once a second, not per reconcile.
+    // `PodIndex`: by owner, node or namespace); the ReplicaSet controller,
+    // which reads all of its pods on every sync, reads the index's slim
+    // copies and never decodes.
     let mgr = Manager::builder(client.clone())
         .handle_signals(false)
         .graceful_shutdown_timeout(Duration::from_secs(5))
@@ -235,7 +238,7 @@ pub async fn start(client: Client, opts: WorkloadOptions) -> Result<Workloads, E
         revisions: mgr.store::<ControllerRevision>(),
         leases: mgr.store::<Lease>(),
         expectations: util::Expectations::default(),
-        pod_index: util::PodIndex::default(),
+        pod_index: pod_index::PodIndex::default(),
         opts,
     });
     let on = |c: WorkloadController| ctx.opts.enabled.contains(&c);

@@ -161,7 +161,8 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<super::Shared>) -> Result<Actio
 }
 
 /// The pods the ReplicaSet controls after adopting matching orphans and
-/// releasing pods that no longer match (kube's `ClaimPods`).
+/// releasing pods that no longer match (kube's `ClaimPods`): its own as
+/// the pod index's slim copies, adopted ones as read from the cache.
 pub(crate) async fn claim_pods(
     ctx: &Ctx,
     rs: &ReplicaSet,
@@ -170,7 +171,7 @@ pub(crate) async fn claim_pods(
     let uid = rs.metadata.uid.clone().unwrap_or_default();
     let ns = rs.metadata.namespace.clone().unwrap_or_default();
     let mut out = Vec::new();
-    for p in ctx.pod_index.owned_by(&ctx.pods, &uid) {
+    for p in ctx.pod_index.owned_by_slim(&ctx.pods, &uid) {
         if matches(sel, p.metadata.labels.as_ref()) {
             out.push(p);
         } else {

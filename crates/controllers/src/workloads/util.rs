@@ -1,10 +1,9 @@
-//! Helpers shared by the workload controllers: expectations, a pod index
-//! over the shared cache, selectors, pod readiness, int-or-percent
-//! arithmetic, the pod-template hash, pod construction and API calls.
+//! Helpers shared by the workload controllers: expectations, selectors,
+//! pod readiness, int-or-percent arithmetic, the pod-template hash, pod
+//! construction and API calls.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
@@ -101,112 +100,6 @@ pub(crate) fn key_of(meta: &ObjectMeta) -> String {
         meta.namespace.as_deref().unwrap_or_default(),
         meta.name.as_deref().unwrap_or_default()
     )
-}
-
-/// An index over the shared pod cache: pods by controller UID, orphans by
-/// namespace, pods by node. Entries are added as pods are seen (controllers'
-/// watch mappers call [`PodIndex::observe`]) and checked against the cache
-/// when read, so stale ones fall out; the first read seeds it from the
-/// cache. It makes "my pods" O(my pods) instead of O(all pods).
-#[derive(Default)]
-pub(crate) struct PodIndex {
-    seeded: AtomicBool,
-    keys: Mutex<HashMap<String, HashSet<(String, String)>>>,
-}
-
-fn owner_key(uid: &str) -> String {
-    format!("o\0{uid}")
-}
-fn orphan_key(ns: &str) -> String {
-    format!("n\0{ns}")
-}
-fn node_key(node: &str) -> String {
-    format!("h\0{node}")
-}
-fn ns_key(ns: &str) -> String {
-    format!("a\0{ns}")
-}
-
-impl PodIndex {
-    /// Record `pod` under its keys.
-    pub(crate) fn observe(&self, pod: &Pod) {
-        let m = &pod.metadata;
-        let ns = m.namespace.clone().unwrap_or_default();
-        let id = (ns.clone(), m.name.clone().unwrap_or_default());
-        let mut keys = lock(&self.keys);
-        match controller_of(m) {
-            Some(r) => {
-                keys.entry(owner_key(&r.uid))
-                    .or_default()
-                    .insert(id.clone());
-            }
-            None => {
-                keys.entry(orphan_key(&ns)).or_default().insert(id.clone());
-            }
-        }
-        if let Some(n) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-            keys.entry(node_key(n)).or_default().insert(id.clone());
-        }
-        keys.entry(ns_key(&ns)).or_default().insert(id);
-    }
-
-    fn seed(&self, pods: &Cache<Pod>) {
-        if !self.seeded.swap(true, Ordering::SeqCst) {
-            for p in pods.state() {
-                self.observe(&p);
-            }
-        }
-    }
-
-    fn read(&self, pods: &Cache<Pod>, key: &str, keep: impl Fn(&Pod) -> bool) -> Vec<Arc<Pod>> {
-        self.seed(pods);
-        let mut keys = lock(&self.keys);
-        let Some(set) = keys.get_mut(key) else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        set.retain(
-            |(ns, name)| match pods.get(&ObjectRef::new(name).within(ns)) {
-                Some(p) if keep(&p) => {
-                    out.push(p);
-                    true
-                }
-                _ => false,
-            },
-        );
-        if set.is_empty() {
-            keys.remove(key);
-        }
-        out
-    }
-
-    /// Pods whose controller has UID `uid`.
-    pub(crate) fn owned_by(&self, pods: &Cache<Pod>, uid: &str) -> Vec<Arc<Pod>> {
-        self.read(pods, &owner_key(uid), |p| {
-            controller_of(&p.metadata).is_some_and(|r| r.uid == uid)
-        })
-    }
-
-    /// Pods of namespace `ns` without a controller.
-    pub(crate) fn orphans(&self, pods: &Cache<Pod>, ns: &str) -> Vec<Arc<Pod>> {
-        self.read(pods, &orphan_key(ns), |p| {
-            controller_of(&p.metadata).is_none() && p.metadata.namespace.as_deref() == Some(ns)
-        })
-    }
-
-    /// Pods bound to node `node`.
-    pub(crate) fn on_node(&self, pods: &Cache<Pod>, node: &str) -> Vec<Arc<Pod>> {
-        self.read(pods, &node_key(node), |p| {
-            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
-        })
-    }
-
-    /// Pods of namespace `ns`.
-    pub(crate) fn in_namespace(&self, pods: &Cache<Pod>, ns: &str) -> Vec<Arc<Pod>> {
-        self.read(pods, &ns_key(ns), |p| {
-            p.metadata.namespace.as_deref() == Some(ns)
-        })
-    }
 }
 
 /// The controller reference of an object, if any.
