@@ -255,6 +255,30 @@ async fn whole_cluster_rollout_job_and_node_failure() {
     })
     .await;
 
+    // Heartbeats resume: Ready again, the taints go.
+    sim.set_heartbeats(&victim, true)
+        .expect("resume heartbeats");
+    eventually(
+        "node Ready again without the unreachable taint",
+        T,
+        || async {
+            let n = node_api.get(&victim).await.expect("node");
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            ready
+                && !n
+                    .spec
+                    .and_then(|s| s.taints)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|t| t.key == "node.kubernetes.io/unreachable")
+        },
+    )
+    .await;
+
     sim.stop().await;
     scheduler.stop().await;
     w.stop().await;
