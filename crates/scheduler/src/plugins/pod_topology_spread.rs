@@ -189,6 +189,65 @@ fn domain_counts(
     counts
 }
 
+/// For a well-known topology key: its index in [`WELL_KNOWN_TOPOLOGY_KEYS`]
+/// and `counts` by the snapshot's interned value id, so per-node checks
+/// read a count without string lookups.
+fn counts_by_id(
+    key: &str,
+    counts: &DomainCounts,
+    snapshot: &Snapshot,
+) -> Option<(usize, Vec<i64>)> {
+    let k = WELL_KNOWN_TOPOLOGY_KEYS.iter().position(|w| *w == key)?;
+    let mut by_id = vec![0; snapshot.topology_value_count(k)];
+    for (v, n) in counts {
+        if let (_, Some(id)) = snapshot.topology_value_id(k, v)
+            && let Some(slot) = by_id.get_mut(id as usize)
+        {
+            *slot = *n;
+        }
+    }
+    Some((k, by_id))
+}
+
+/// How many domains of `key` the scored nodes span (kube-scheduler's
+/// topology size, which sets a constraint's normalizing weight): the
+/// distinct values among the nodes that have the key. Counted on the
+/// snapshot's interned ids when the key is well known.
+fn topology_size(key: &str, nodes: &[&NodeInfo], snapshot: &Snapshot) -> usize {
+    if let Some(k) = WELL_KNOWN_TOPOLOGY_KEYS.iter().position(|w| *w == key) {
+        let sid = snapshot.id();
+        let mut seen = vec![false; snapshot.topology_value_count(k)];
+        let mut size = 0;
+        let stamped = nodes.iter().all(|n| match n.topology_ids {
+            Some((s, ids)) if s == sid => {
+                let id = ids[k];
+                if id == NO_TOPOLOGY_VALUE {
+                    return true;
+                }
+                match seen.get_mut(id as usize) {
+                    Some(b) => {
+                        size += usize::from(!*b);
+                        *b = true;
+                        true
+                    }
+                    None => false,
+                }
+            }
+            _ => false,
+        });
+        if stamped {
+            return size;
+        }
+    }
+    let mut values: Vec<&str> = nodes
+        .iter()
+        .filter_map(|n| n.labels().get(key).map(String::as_str))
+        .collect();
+    values.sort_unstable();
+    values.dedup();
+    values.len()
+}
+
 #[derive(Clone)]
 struct FilterState {
     constraints: Vec<Constraint>,
@@ -272,18 +331,7 @@ impl PreFilterPlugin for PodTopologySpread {
         let fast = cs
             .iter()
             .zip(&counts)
-            .map(|(c, m)| {
-                let k = WELL_KNOWN_TOPOLOGY_KEYS.iter().position(|w| *w == c.key)?;
-                let mut by_id = vec![0; snapshot.topology_value_count(k)];
-                for (v, n) in m {
-                    if let (_, Some(id)) = snapshot.topology_value_id(k, v)
-                        && let Some(slot) = by_id.get_mut(id as usize)
-                    {
-                        *slot = *n;
-                    }
-                }
-                Some((k, by_id))
-            })
+            .map(|(c, m)| counts_by_id(&c.key, m, snapshot))
             .collect();
         let mut st = FilterState {
             fast,
@@ -390,6 +438,43 @@ struct ScoreState {
     constraints: Vec<Constraint>,
     counts: Vec<DomainCounts>,
     weights: Vec<f64>,
+    /// As [`FilterState::fast`] (empty counts for the hostname key).
+    fast: Vec<Option<(usize, Vec<i64>)>>,
+    snapshot_id: u64,
+}
+
+/// A node's domain for a constraint: an interned id or the label value.
+#[derive(Clone, Copy)]
+enum Domain<'a> {
+    Id(u32),
+    Value(&'a str),
+}
+
+impl ScoreState {
+    /// The node's domain for constraint `i` (`None`: it lacks the key).
+    fn domain<'a>(
+        &self,
+        i: usize,
+        node: &'a NodeInfo,
+        ids: Option<[u32; 3]>,
+    ) -> Option<Domain<'a>> {
+        if let (Some((k, _)), Some(ids)) = (&self.fast[i], ids) {
+            let id = ids[*k];
+            return (id != NO_TOPOLOGY_VALUE).then_some(Domain::Id(id));
+        }
+        node.labels()
+            .get(&self.constraints[i].key)
+            .map(|v| Domain::Value(v.as_str()))
+    }
+
+    /// Matching pods in the domain of constraint `i` (not the hostname).
+    fn count(&self, i: usize, d: Domain<'_>) -> i64 {
+        match (d, &self.fast[i]) {
+            (Domain::Id(id), Some((_, by_id))) => by_id.get(id as usize).copied().unwrap_or(0),
+            (Domain::Value(v), _) => self.counts[i].get(v).copied().unwrap_or(0),
+            (Domain::Id(_), None) => 0,
+        }
+    }
 }
 
 impl PreScorePlugin for PodTopologySpread {
@@ -425,16 +510,10 @@ impl PreScorePlugin for PodTopologySpread {
         if cs.is_empty() {
             return Status::skip();
         }
-        let mut weights = Vec::new();
-        for c in &cs {
-            let mut values: Vec<&str> = nodes
-                .iter()
-                .filter_map(|n| n.labels().get(&c.key).map(String::as_str))
-                .collect();
-            values.sort_unstable();
-            values.dedup();
-            weights.push(((values.len() + 2) as f64).ln());
-        }
+        let weights = cs
+            .iter()
+            .map(|c| ((topology_size(&c.key, nodes, snapshot) + 2) as f64).ln())
+            .collect();
         // Explicit constraints count only nodes carrying every key; the
         // system defaults count each key on its own (kube-scheduler's
         // requireAllTopologies). Hostname domains are counted at Score.
@@ -461,12 +540,27 @@ impl PreScorePlugin for PodTopologySpread {
                 })
                 .collect()
         };
+        let fast = cs
+            .iter()
+            .zip(&counts)
+            .map(|(c, m)| {
+                let k = WELL_KNOWN_TOPOLOGY_KEYS.iter().position(|w| *w == c.key)?;
+                if c.key == HOSTNAME {
+                    // Counted per node at Score.
+                    Some((k, Vec::new()))
+                } else {
+                    counts_by_id(&c.key, m, snapshot)
+                }
+            })
+            .collect();
         state.write(
             STATE_SCORE,
             ScoreState {
                 constraints: cs,
                 counts,
                 weights,
+                fast,
+                snapshot_id: snapshot.id(),
             },
         );
         Status::success()
@@ -481,15 +575,19 @@ impl ScorePlugin for PodTopologySpread {
         let Some(st) = state.read::<ScoreState>(STATE_SCORE) else {
             return (0, Status::success());
         };
-        let labels = node.labels();
+        // The node's interned topology ids, if it is stamped by the
+        // snapshot the state was computed on.
+        let ids = node
+            .topology_ids
+            .and_then(|(sid, ids)| (sid == st.snapshot_id).then_some(ids));
         if !has_any_constraints(pod) {
             // defaults: nodes without a zone still score by hostname
-        } else if !st.constraints.iter().all(|c| labels.contains_key(&c.key)) {
+        } else if !(0..st.constraints.len()).all(|i| st.domain(i, node, ids).is_some()) {
             return (INVALID, Status::success());
         }
         let mut score = 0f64;
         for (i, c) in st.constraints.iter().enumerate() {
-            let Some(v) = labels.get(&c.key) else {
+            let Some(domain) = st.domain(i, node, ids) else {
                 continue;
             };
             let cnt = if c.key == HOSTNAME {
@@ -508,7 +606,7 @@ impl ScorePlugin for PodTopologySpread {
                         .count() as i64,
                 }
             } else {
-                st.counts[i].get(v.as_str()).copied().unwrap_or(0)
+                st.count(i, domain)
             };
             score += cnt as f64 * st.weights[i] + (c.max_skew - 1) as f64;
         }
@@ -623,5 +721,84 @@ mod tests {
                 ("n3".into(), true)
             ]
         );
+    }
+
+    /// A pod of ReplicaSet `rs` with no constraints of its own (it gets
+    /// the system defaults: hostname and zone).
+    fn owned(uid: &str, rs: &str) -> Arc<PodInfo> {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": uid, "namespace": "default", "uid": uid, "labels": {"app": "web"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs,
+                    "uid": rs, "controller": true}]},
+            "spec": {"containers": [{"name": "c"}]}
+        }))
+        .unwrap();
+        Arc::new(PodInfo::new(Arc::new(p)))
+    }
+
+    /// Scores per node, from the snapshot's nodes (interned ids) and from
+    /// copies built outside it (string lookups), with the weights each
+    /// PreScore computed: the same both ways.
+    fn scores(s: &Snapshot, incoming: &PodInfo) -> Vec<(String, i64)> {
+        let pl = PodTopologySpread;
+        let stamped: Vec<&NodeInfo> = s.nodes().iter().collect();
+        let copies: Vec<NodeInfo> = stamped
+            .iter()
+            .map(|n| {
+                let mut copy = NodeInfo::new(n.node.clone().unwrap());
+                for p in &n.pods {
+                    copy.add_pod(p.clone());
+                }
+                copy
+            })
+            .collect();
+        let copies: Vec<&NodeInfo> = copies.iter().collect();
+        let mut fast = CycleState::default();
+        assert!(pl.pre_score(&mut fast, incoming, &stamped, s).is_success());
+        let mut slow = CycleState::default();
+        assert!(pl.pre_score(&mut slow, incoming, &copies, s).is_success());
+        let weights = |st: &CycleState| st.read::<ScoreState>(STATE_SCORE).unwrap().weights.clone();
+        assert_eq!(weights(&fast), weights(&slow));
+        stamped
+            .iter()
+            .zip(&copies)
+            .map(|(n, c)| {
+                assert!(n.topology_ids.is_some() && c.topology_ids.is_none());
+                let a = pl.score(&fast, incoming, n).0;
+                assert_eq!(a, pl.score(&fast, incoming, c).0, "node {}", n.name);
+                (n.name.clone(), a)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn default_constraints_score_the_same_with_and_without_interned_ids() {
+        let mut s = Snapshot::new();
+        s.apply_node(node("n1", Some("a")));
+        s.apply_node(node("n2", Some("a")));
+        s.apply_node(node("n3", Some("b")));
+        s.apply_node(node("n4", None));
+        for (i, n) in ["n1", "n1", "n2", "n4"].iter().enumerate() {
+            s.add_pod(n, owned(&format!("p{i}"), "rs-1"));
+        }
+        s.add_pod("n3", owned("other", "rs-2"));
+        let got = scores(&s, &owned("new", "rs-1"));
+        let of = |name: &str| got.iter().find(|(n, _)| n == name).unwrap().1;
+        // Raw scores, lower is better (normalize inverts them). Zone a
+        // holds 3 of rs-1's pods, n1 two of them: n3 (zone b, none) is the
+        // best place, n1 the worst.
+        assert!(of("n3") < of("n2") && of("n2") < of("n1"), "{got:?}");
+        // An explicit soft zone constraint: n4 lacks the key.
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "x", "namespace": "default", "uid": "x", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c"}], "topologySpreadConstraints": [{
+                "maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app": "web"}}}]}
+        }))
+        .unwrap();
+        let got = scores(&s, &PodInfo::new(Arc::new(p)));
+        assert_eq!(got.iter().find(|(n, _)| n == "n4").unwrap().1, INVALID);
+        s.apply_node(node("n4", Some("c")));
+        scores(&s, &owned("new", "rs-1"));
     }
 }
