@@ -39,10 +39,11 @@ pub(crate) struct PodIndex {
 
 #[derive(Default)]
 struct Inner {
-    /// Index key → `(namespace, name)` of the pods under it.
-    keys: HashMap<String, HashSet<(String, String)>>,
-    /// `(namespace, name)` → the pod's slim copy.
-    slim: HashMap<(String, String), Arc<Pod>>,
+    /// Index key → the cache keys of the pods under it (cache keys, so a
+    /// read looks pods up without building one).
+    keys: HashMap<String, HashSet<ObjectRef<Pod>>>,
+    /// Cache key → the pod's slim copy.
+    slim: HashMap<ObjectRef<Pod>, Arc<Pod>>,
     last_sweep: Option<Instant>,
 }
 
@@ -96,11 +97,9 @@ pub(crate) fn slim(pod: &Pod) -> Pod {
     }
 }
 
-fn id_of(pod: &Pod) -> (String, String) {
-    (
-        pod.metadata.namespace.clone().unwrap_or_default(),
-        pod.metadata.name.clone().unwrap_or_default(),
-    )
+fn id_of(pod: &Pod) -> ObjectRef<Pod> {
+    ObjectRef::new(pod.metadata.name.as_deref().unwrap_or_default())
+        .within(pod.metadata.namespace.as_deref().unwrap_or_default())
 }
 
 /// Whether `a` is a later version of the object than `b`: resource
@@ -128,7 +127,7 @@ impl Inner {
         {
             return;
         }
-        let ns = id.0.clone();
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
         match controller_of(&pod.metadata) {
             Some(r) => {
                 self.keys
@@ -158,8 +157,7 @@ impl Inner {
             return;
         }
         self.last_sweep = Some(now);
-        self.slim
-            .retain(|(ns, name), _| pods.contains(&ObjectRef::new(name).within(ns)));
+        self.slim.retain(|r, _| pods.contains(r));
     }
 }
 
@@ -197,22 +195,21 @@ impl PodIndex {
         };
         let mut out = Vec::new();
         let slim_map = &mut inner.slim;
-        set.retain(|(ns, name)| {
-            let r = ObjectRef::new(name).within(ns);
-            let pod = if slim_copies && pods.contains(&r) {
-                match slim_map.get(&(ns.clone(), name.clone())) {
+        set.retain(|r| {
+            let pod = if slim_copies && pods.contains(r) {
+                match slim_map.get(r) {
                     Some(p) => Some(p.clone()),
                     // Not observed yet (or swept in a race): build it.
-                    None => pods.get(&r).map(|p| {
+                    None => pods.get(r).map(|p| {
                         let s = Arc::new(slim(&p));
-                        slim_map.insert((ns.clone(), name.clone()), s.clone());
+                        slim_map.insert(r.clone(), s.clone());
                         s
                     }),
                 }
             } else if slim_copies {
                 None
             } else {
-                pods.get(&r)
+                pods.get(r)
             };
             match pod {
                 Some(p) if keep(&p) => {
@@ -325,7 +322,7 @@ mod tests {
         inner.add(&pod("9", "Running"));
         // Mappers see an update's old object after the new one.
         inner.add(&pod("7", "Pending"));
-        let key = ("ns".to_string(), "p".to_string());
+        let key = ObjectRef::<Pod>::new("p").within("ns");
         let phase = |i: &Inner| {
             i.slim[&key]
                 .status
