@@ -399,9 +399,120 @@ pub trait FilterPlugin: Plugin {
     }
 }
 
-/// Why each node was rejected, by node name (the node's shared name,
-/// [`NodeInfo::id`], so recording a status copies no string).
-pub type NodeToStatus = HashMap<Arc<str>, Status, super::topology_counts::FastBuild>;
+/// Why each node was rejected, by node name (kube-scheduler's
+/// `NodeToStatus`).
+///
+/// Most nodes of a failed cycle are rejected for the same few reasons
+/// ("Insufficient cpu"), so equal statuses are stored once and each node
+/// keeps an index into that small table: recording 5,000 rejections builds
+/// a handful of statuses, and the `FailedScheduling` histogram or a
+/// PostFilter's "is any node unresolvable?" reads the table, not every
+/// node. Nodes are keyed by their shared name ([`NodeInfo::id`]), so a
+/// record copies no string.
+#[derive(Debug, Clone, Default)]
+pub struct NodeToStatus {
+    /// Distinct statuses with how many nodes currently have each.
+    table: Vec<(Status, usize)>,
+    /// Node name → index into `table`.
+    nodes: HashMap<Arc<str>, u32, super::topology_counts::FastBuild>,
+    /// The table entry matched last (the next node is likely the same).
+    last: usize,
+}
+
+/// Past this many distinct statuses a new one is appended without looking
+/// for an equal one (statuses carrying node-specific text would otherwise
+/// make each record scan a long table); the histogram adds them up anyway.
+const STATUS_TABLE_SCAN: usize = 32;
+
+/// Equal code, plugin and reasons, comparing shared pointers first (a
+/// plugin's fixed reasons are the same `&'static str` on every node).
+fn same_status(a: &Status, b: &Status) -> bool {
+    a.code == b.code
+        && (Arc::ptr_eq(&a.plugin, &b.plugin) || a.plugin == b.plugin)
+        && a.reasons.len() == b.reasons.len()
+        && a.reasons
+            .iter()
+            .zip(&b.reasons)
+            .all(|(x, y)| (std::ptr::eq(x.as_ptr(), y.as_ptr()) && x.len() == y.len()) || x == y)
+}
+
+impl NodeToStatus {
+    /// An empty map.
+    pub fn new() -> NodeToStatus {
+        NodeToStatus::default()
+    }
+
+    /// Room for `additional` more nodes.
+    pub fn reserve(&mut self, additional: usize) {
+        self.nodes.reserve(additional);
+    }
+
+    /// Record why `node` was rejected (replacing an earlier record).
+    pub fn insert(&mut self, node: Arc<str>, status: Status) {
+        let at = self.intern(status);
+        self.table[at].1 += 1;
+        if let Some(old) = self.nodes.insert(node, at as u32)
+            && let Some(e) = self.table.get_mut(old as usize)
+        {
+            e.1 -= 1;
+        }
+    }
+
+    fn intern(&mut self, status: Status) -> usize {
+        if let Some((s, _)) = self.table.get(self.last)
+            && same_status(s, &status)
+        {
+            return self.last;
+        }
+        let found = if self.table.len() <= STATUS_TABLE_SCAN {
+            self.table.iter().position(|(s, _)| same_status(s, &status))
+        } else {
+            None
+        };
+        let at = found.unwrap_or_else(|| {
+            self.table.push((status, 0));
+            self.table.len() - 1
+        });
+        self.last = at;
+        at
+    }
+
+    /// Why `node` was rejected, if it was.
+    pub fn get(&self, node: &str) -> Option<&Status> {
+        let i = *self.nodes.get(node)?;
+        self.table.get(i as usize).map(|(s, _)| s)
+    }
+
+    /// Whether `node` has a record.
+    pub fn contains(&self, node: &str) -> bool {
+        self.nodes.contains_key(node)
+    }
+
+    /// How many nodes have a record.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether no node has a record.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Every node with its status (in no particular order).
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Status)> + '_ {
+        self.nodes
+            .iter()
+            .filter_map(|(n, i)| self.table.get(*i as usize).map(|(s, _)| (n, s)))
+    }
+
+    /// Each distinct status once, with how many nodes have it (`> 0`).
+    pub fn distinct(&self) -> impl Iterator<Item = (&Status, usize)> + '_ {
+        self.table
+            .iter()
+            .filter(|(_, c)| *c > 0)
+            .map(|(s, c)| (s, *c))
+    }
+}
 
 /// What a PostFilter achieved.
 #[derive(Debug, Clone, Default)]

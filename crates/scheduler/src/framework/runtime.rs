@@ -117,7 +117,8 @@ impl FitError {
     pub fn unschedulable_plugins(&self) -> Vec<String> {
         let mut v: Vec<&str> = self
             .statuses
-            .values()
+            .distinct()
+            .map(|(s, _)| s)
             .chain(self.pre_filter_status.iter())
             .map(|s| &*s.plugin)
             .filter(|p| !p.is_empty())
@@ -131,9 +132,9 @@ impl FitError {
 /// "0/N nodes are available: <count> <reason>, …." with the reasons sorted.
 pub fn histogram_message(n: usize, statuses: &NodeToStatus) -> String {
     let mut counts: HashMap<&str, usize, super::topology_counts::FastBuild> = HashMap::default();
-    for s in statuses.values() {
+    for (s, nodes) in statuses.distinct() {
         for r in &s.reasons {
-            *counts.entry(r.as_ref()).or_default() += 1;
+            *counts.entry(r.as_ref()).or_default() += nodes;
         }
     }
     let mut reasons: Vec<String> = counts
@@ -518,6 +519,44 @@ impl Framework {
         self.run_filter(state, pod, node)
     }
 
+    /// [`run_filter_with_nominated`](Self::run_filter_with_nominated) with
+    /// the node's own entries of the nominated list already found (`run`:
+    /// every entry for this node, as [`nominated_starts`] locates them) and
+    /// whether PreFilter extensions are active already known.
+    fn run_filter_with_run(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        run: &[(Arc<str>, Arc<PodInfo>)],
+        extensions: bool,
+    ) -> Status {
+        let mut extra = run
+            .iter()
+            .filter(|(_, p)| p.uid != pod.uid && p.priority >= pod.priority)
+            .map(|(_, p)| p)
+            .peekable();
+        if extra.peek().is_some() {
+            let s = with_scratch(node, |with| {
+                let mut st = extensions.then(|| state.clone());
+                for p in extra {
+                    with.add_pod(p.clone());
+                    if let Some(st) = st.as_mut() {
+                        let s = self.run_pre_filter_add_pod(st, pod, p, with);
+                        if !s.is_success() {
+                            return s;
+                        }
+                    }
+                }
+                self.run_filter(st.as_ref().unwrap_or(state), pod, with)
+            });
+            if !s.is_success() {
+                return s;
+            }
+        }
+        self.run_filter(state, pod, node)
+    }
+
     /// Whether a PreFilter extension (AddPod/RemovePod) runs in this cycle:
     /// without one, adding or removing pods in a dry run leaves the cycle
     /// state as it is, so it need not be copied.
@@ -583,6 +622,16 @@ impl Framework {
                 .filter_map(|(_, e)| e.plugin.as_filter().map(|p| (&e.id, p)))
                 .collect();
             let no_filters = active.is_empty();
+            // Each node's entries in the nominated list, found once per
+            // cycle (one lookup per nominated node) instead of a search of
+            // the list per node.
+            let starts = nominated_starts(snapshot, nominated);
+            let extensions = !nominated.is_empty() && self.has_active_extensions(state);
+            let with_nominated = |idx: usize, node: &NodeInfo| -> Option<Status> {
+                let s = *starts.get(idx).filter(|s| **s != u32::MAX)?;
+                let run = nominated_run(nominated, s as usize);
+                Some(self.run_filter_with_run(state, pod, node, run, extensions))
+            };
             // Rejected nodes are only remembered by index; their statuses are
             // worked out again (filters are pure within a cycle) only when
             // the per-node map is needed (no node fits, or an extender adds
@@ -604,14 +653,14 @@ impl Framework {
                         // A node must pass with and without its nominated
                         // pods: the plain run (no copies) settles most
                         // rejections.
-                        Ok(true) if !nominated.is_empty() => {
-                            let s = self.run_filter_with_nominated(state, pod, node, nominated);
-                            match s.code {
+                        Ok(true) if !nominated.is_empty() => match with_nominated(idx, node) {
+                            None => Ok(true),
+                            Some(s) => match s.code {
                                 Code::Success => Ok(true),
                                 Code::Error => Err(s),
                                 _ => Ok(false),
-                            }
-                        }
+                            },
+                        },
                         r => r,
                     }
                 };
@@ -632,16 +681,15 @@ impl Framework {
                 statuses.reserve(failed.len());
                 for idx in failed {
                     let node = &nodes[idx as usize];
-                    let s = if nominated.is_empty() {
-                        match run_filters(&active, state, pod, node) {
+                    let s = match with_nominated(idx as usize, node) {
+                        Some(s) => s,
+                        None => match run_filters(&active, state, pod, node) {
                             Ok(()) => continue,
                             Err((f, s)) => match active.get(f) {
                                 Some((name, _)) => s.with_plugin_id(name),
                                 None => s,
                             },
-                        }
-                    } else {
-                        self.run_filter_with_nominated(state, pod, node, nominated)
+                        },
                     };
                     statuses.insert(node.id.clone(), s);
                 }
@@ -971,6 +1019,42 @@ pub fn nominated_on<'n>(
         .take_while(move |(n, _)| **n == *node)
         .filter(move |(_, p)| p.uid != pod.uid && p.priority >= pod.priority)
         .map(|(_, p)| p)
+}
+
+/// Where each of the snapshot's nodes has its first entry in `nominated`
+/// (sorted by node name), `u32::MAX` for none; empty when nothing is
+/// nominated. One map lookup per nominated node.
+fn nominated_starts(snapshot: &Snapshot, nominated: &[(Arc<str>, Arc<PodInfo>)]) -> Vec<u32> {
+    if nominated.is_empty() {
+        return Vec::new();
+    }
+    let mut starts = vec![u32::MAX; snapshot.nodes().len()];
+    let mut i = 0;
+    while i < nominated.len() {
+        if let Some(idx) = snapshot.index_of(&nominated[i].0)
+            && let Some(slot) = starts.get_mut(idx)
+        {
+            *slot = i as u32;
+        }
+        i += nominated_run(nominated, i).len().max(1);
+    }
+    starts
+}
+
+/// The entries of `nominated` for the node of entry `start` (all of them:
+/// the list is sorted by node name).
+fn nominated_run(
+    nominated: &[(Arc<str>, Arc<PodInfo>)],
+    start: usize,
+) -> &[(Arc<str>, Arc<PodInfo>)] {
+    let Some(rest) = nominated.get(start..) else {
+        return &[];
+    };
+    let Some((first, _)) = rest.first() else {
+        return &[];
+    };
+    let len = rest.iter().take_while(|(n, _)| **n == **first).count();
+    &rest[..len]
 }
 
 thread_local! {

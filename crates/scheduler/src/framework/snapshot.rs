@@ -115,6 +115,11 @@ impl Snapshot {
         self.index.get(name).map(|i| &self.nodes[*i])
     }
 
+    /// A node's position in [`nodes`](Self::nodes), by name.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
     /// How many nodes hold an image (normalized name).
     pub fn image_num_nodes(&self, image: &str) -> usize {
         self.image_nodes.get(image).copied().unwrap_or(0)

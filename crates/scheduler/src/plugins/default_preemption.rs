@@ -305,8 +305,8 @@ impl DefaultPreemption {
         let mut not_helpful = NodeToStatus::default();
         // Most cycles have no unresolvable node: then no per-node lookup.
         let any_unresolvable = statuses
-            .values()
-            .any(|s| s.code == Code::UnschedulableAndUnresolvable);
+            .distinct()
+            .any(|(s, _)| s.code == Code::UnschedulableAndUnresolvable);
         let potential: Vec<&NodeInfo> = nodes
             .iter()
             .filter(|node| {
