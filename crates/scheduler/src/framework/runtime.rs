@@ -533,7 +533,7 @@ impl Framework {
     ) -> Status {
         let mut extra = run
             .iter()
-            .filter(|(_, p)| p.uid != pod.uid && p.priority >= pod.priority)
+            .filter(|(_, p)| p.priority >= pod.priority && p.uid != pod.uid)
             .map(|(_, p)| p)
             .peekable();
         if extra.peek().is_some() {
@@ -628,8 +628,8 @@ impl Framework {
             let starts = nominated_starts(snapshot, nominated);
             let extensions = !nominated.is_empty() && self.has_active_extensions(state);
             let with_nominated = |idx: usize, node: &NodeInfo| -> Option<Status> {
-                let s = *starts.get(idx).filter(|s| **s != u32::MAX)?;
-                let run = nominated_run(nominated, s as usize);
+                let &(s, len) = starts.get(idx).filter(|(_, len)| *len > 0)?;
+                let run = nominated.get(s as usize..(s + len) as usize)?;
                 Some(self.run_filter_with_run(state, pod, node, run, extensions))
             };
             // Rejected nodes are only remembered by index; their statuses are
@@ -1021,22 +1021,26 @@ pub fn nominated_on<'n>(
         .map(|(_, p)| p)
 }
 
-/// Where each of the snapshot's nodes has its first entry in `nominated`
-/// (sorted by node name), `u32::MAX` for none; empty when nothing is
-/// nominated. One map lookup per nominated node.
-fn nominated_starts(snapshot: &Snapshot, nominated: &[(Arc<str>, Arc<PodInfo>)]) -> Vec<u32> {
+/// Where each of the snapshot's nodes has its entries in `nominated`
+/// (sorted by node name): (first, count), count 0 for none; empty when
+/// nothing is nominated. One map lookup per nominated node.
+fn nominated_starts(
+    snapshot: &Snapshot,
+    nominated: &[(Arc<str>, Arc<PodInfo>)],
+) -> Vec<(u32, u32)> {
     if nominated.is_empty() {
         return Vec::new();
     }
-    let mut starts = vec![u32::MAX; snapshot.nodes().len()];
+    let mut starts = vec![(0, 0); snapshot.nodes().len()];
     let mut i = 0;
     while i < nominated.len() {
+        let len = nominated_run(nominated, i).len().max(1);
         if let Some(idx) = snapshot.index_of(&nominated[i].0)
             && let Some(slot) = starts.get_mut(idx)
         {
-            *slot = i as u32;
+            *slot = (i as u32, len as u32);
         }
-        i += nominated_run(nominated, i).len().max(1);
+        i += len;
     }
     starts
 }

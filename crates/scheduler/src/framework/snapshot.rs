@@ -289,7 +289,9 @@ impl Snapshot {
     pub fn remove_pod(&mut self, node: &str, uid: &str) {
         match self.index.get(node) {
             Some(&i) => {
-                if let Some(p) = self.nodes[i].remove_pod(uid) {
+                let removed = self.nodes[i].remove_pod(uid);
+                self.nodes[i].refresh_lowest_priority();
+                if let Some(p) = removed {
                     self.count(&p, -1);
                     self.topology.get_mut().pod_delta(&self.nodes[i], &p, -1);
                     self.terms.pod_delta(&self.nodes[i], &p, -1);

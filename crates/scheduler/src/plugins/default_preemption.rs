@@ -165,10 +165,15 @@ impl DefaultPreemption {
         info.clone_from(node);
         let mut st = fw.has_active_extensions(state).then(|| state.clone());
         let extra: Vec<&Arc<PodInfo>> = nominated_on(pod, &node.name, ctx.nominated).collect();
-        for v in &potential {
-            info.remove_pod(&v.uid);
-            if let Some(st) = st.as_mut() {
-                fw.run_pre_filter_remove_pod(st, pod, v, info);
+        // Take every lower-priority pod out by position, last first (a
+        // removal moves the last pod into the hole, so positions before it
+        // stay valid): no search by UID per victim.
+        for i in (0..info.pods.len()).rev() {
+            if info.pods[i].priority < pod.priority {
+                let v = info.remove_pod_at(i);
+                if let Some(st) = st.as_mut() {
+                    fw.run_pre_filter_remove_pod(st, pod, &v, info);
+                }
             }
         }
         if !fits(fw, &mut st, state, pod, info, &extra) {
@@ -262,20 +267,20 @@ fn fits(
 /// key cannot be beaten by a later one (ties go to the first found), so the
 /// search may stop there: the node and victims chosen are the same as
 /// after a dry run on every candidate node.
+///
+/// Read from each node's kept [`NodeInfo::lowest_priority`] (no walk over
+/// every pod): the lowest priority overall is the lowest below `pod`'s
+/// whenever any pod is below it.
 fn best_possible(pod: &PodInfo, nodes: &[&NodeInfo]) -> Option<(i32, i64)> {
     let mut best: Option<(i32, i64)> = None;
-    for p in nodes.iter().flat_map(|n| &n.pods) {
-        if p.priority >= pod.priority {
-            continue;
-        }
+    for (prio, start) in nodes.iter().filter_map(|n| n.lowest_priority()) {
         best = Some(match best {
-            None => (p.priority, p.start_time),
-            Some((prio, _)) if p.priority < prio => (p.priority, p.start_time),
-            Some((prio, start)) if p.priority == prio => (prio, start.max(p.start_time)),
-            Some(b) => b,
+            Some((b, s)) if b < prio => (b, s),
+            Some((b, s)) if b == prio => (b, s.max(start)),
+            _ => (prio, start),
         });
     }
-    best
+    best.filter(|(prio, _)| *prio < pod.priority)
 }
 
 /// Whether `c` has the key [`best_possible`] computed.
@@ -676,6 +681,31 @@ mod tests {
                     c.handle_input(Input::PodApply(Arc::new(p)));
                 }
             }
+            // Delete a few pods: nodes then work out their lowest
+            // priority again (the early stop's bound reads it).
+            for i in 0..nodes {
+                if rng.next(3) == 0 {
+                    let victim = pod(&format!("p{i}-0"), 100, 0, 0, "a", json!({}));
+                    c.handle_input(Input::PodDelete(Arc::new(victim)));
+                }
+            }
+            for n in c.cache().snapshot().nodes() {
+                let scanned = n.pods.iter().map(|p| p.priority).min().map(|lo| {
+                    let start = n
+                        .pods
+                        .iter()
+                        .filter(|p| p.priority == lo)
+                        .map(|p| p.start_time)
+                        .max();
+                    (lo, start.unwrap_or_default())
+                });
+                assert_eq!(
+                    n.lowest_priority(),
+                    scanned,
+                    "round {round}: node {}",
+                    n.name
+                );
+            }
             if rng.next(2) == 0 {
                 let fw = c.profile("default-scheduler").unwrap();
                 *fw.handle().pdbs.write().unwrap() = vec![PdbInfo {
@@ -733,6 +763,175 @@ mod tests {
             }
         }
         assert!(found > 50, "only {found} of 150 rounds found a candidate");
+    }
+
+    /// The failed filter pass records, for every node, what kube-scheduler's
+    /// per-node `RunFilterPluginsWithNominatedPods` returns (nominated pods
+    /// found through the per-cycle index, equal statuses shared), and the
+    /// `FailedScheduling` histogram counts them node by node.
+    #[test]
+    fn failed_pass_statuses_match_per_node_filtering() {
+        use crate::framework::runtime::histogram_message;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut nominated_nodes = 0;
+        for round in 0..120 {
+            let mut c = core(&rt);
+            let nodes = 3 + rng.next(30);
+            for i in 0..nodes {
+                c.handle_input(node(&format!("n{i}"), rng.next(3)));
+            }
+            for i in 0..nodes {
+                for j in 0..rng.next(5) {
+                    let mut extra = json!({"nodeName": format!("n{i}")});
+                    if rng.next(4) == 0 {
+                        extra["containers"] = json!([{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
+                            "resources": {"requests": {"cpu": "500m"}}}]);
+                    }
+                    let p = pod(
+                        &format!("p{i}-{j}"),
+                        300 + 200 * rng.next(5),
+                        0,
+                        0,
+                        "a",
+                        extra,
+                    );
+                    c.handle_input(Input::PodApply(Arc::new(p)));
+                }
+            }
+            // Nominated pods of several priorities, some with the host port.
+            let mut nominated: Vec<(Arc<str>, Arc<PodInfo>)> = (0..rng.next(2 * nodes))
+                .map(|k| {
+                    let extra = if rng.next(3) == 0 {
+                        json!({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
+                            "resources": {"requests": {"cpu": "100m"}}}]})
+                    } else {
+                        json!({})
+                    };
+                    let p = pod(&format!("nom{k}"), 500 * rng.next(5), [50, 100, 150][rng.next(3) as usize], 0, "x", extra);
+                    (
+                        Arc::from(format!("n{}", rng.next(nodes + 2))), // some not in the cluster
+                        Arc::new(PodInfo::new(Arc::new(p))),
+                    )
+                })
+                .collect();
+            nominated.sort_by(|a, b| a.0.cmp(&b.0));
+            let extra = if rng.next(2) == 0 {
+                json!({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
+                    "resources": {"requests": {"cpu": format!("{}m", 1000 + 500 * rng.next(6))}}}]})
+            } else {
+                json!({})
+            };
+            let incoming = pod("hi", 1000 + 500 * rng.next(6), 100, 0, "a", extra);
+            let fw: &Framework = c.profile("default-scheduler").unwrap();
+            let snapshot = c.cache().snapshot();
+            let pod = PodInfo::new(Arc::new(incoming));
+            let mut state = CycleState::default();
+            fw.run_pre_filter(&mut state, &pod, snapshot).unwrap();
+            let (feasible, statuses) = fw
+                .find_nodes_that_fit(&state, &pod, snapshot, None, &nominated)
+                .unwrap();
+            let mut reference = NodeToStatus::default();
+            let mut fits = Vec::new();
+            for n in snapshot.nodes() {
+                if nominated_on(&pod, &n.name, &nominated).next().is_some() {
+                    nominated_nodes += 1;
+                }
+                let s = fw.run_filter_with_nominated(&state, &pod, n, &nominated);
+                if s.is_success() {
+                    fits.push(n.name.clone());
+                } else {
+                    reference.insert(n.id.clone(), s);
+                }
+            }
+            let mut got: Vec<String> = feasible.iter().map(|n| n.name.clone()).collect();
+            got.sort();
+            fits.sort();
+            assert_eq!(got, fits, "round {round}: feasible nodes");
+            if feasible.is_empty() {
+                assert_eq!(statuses.len(), reference.len(), "round {round}");
+                for (name, s) in reference.iter() {
+                    assert_eq!(statuses.get(name), Some(s), "round {round}: node {name}");
+                }
+                let counted: usize = statuses.distinct().map(|(_, c)| c).sum();
+                assert_eq!(counted, statuses.len(), "round {round}");
+                // The histogram, counted node by node.
+                let mut by_reason: std::collections::BTreeMap<String, usize> = Default::default();
+                for (_, s) in reference.iter() {
+                    for r in &s.reasons {
+                        *by_reason.entry(r.to_string()).or_default() += 1;
+                    }
+                }
+                let mut parts: Vec<String> =
+                    by_reason.iter().map(|(r, c)| format!("{c} {r}")).collect();
+                parts.sort();
+                assert_eq!(
+                    histogram_message(snapshot.nodes().len(), &statuses),
+                    format!(
+                        "0/{} nodes are available: {}.",
+                        snapshot.nodes().len(),
+                        parts.join(", ")
+                    ),
+                    "round {round}"
+                );
+            }
+        }
+        assert!(
+            nominated_nodes > 200,
+            "only {nominated_nodes} nodes had nominated pods"
+        );
+    }
+
+    #[test]
+    fn node_to_status_shares_equal_statuses() {
+        let mut m = NodeToStatus::default();
+        for i in 0..4 {
+            m.insert(
+                Arc::from(format!("a{i}")),
+                Status::unschedulable("Insufficient cpu"),
+            );
+        }
+        m.insert(
+            Arc::from("b"),
+            Status::unresolvable("node(s) didn't match Pod's node affinity/selector"),
+        );
+        // a record replaced moves the node to its new status
+        m.insert(
+            Arc::from("a0"),
+            Status::unresolvable("node(s) didn't match Pod's node affinity/selector"),
+        );
+        assert_eq!(m.len(), 5);
+        let mut d: Vec<(String, usize)> = m.distinct().map(|(s, c)| (s.message(), c)).collect();
+        d.sort();
+        assert_eq!(
+            d,
+            vec![
+                ("Insufficient cpu".to_string(), 3),
+                (
+                    "node(s) didn't match Pod's node affinity/selector".to_string(),
+                    2
+                )
+            ]
+        );
+        assert_eq!(
+            m.get("a0").unwrap().code,
+            Code::UnschedulableAndUnresolvable
+        );
+        assert_eq!(m.get("a1").unwrap().message(), "Insufficient cpu");
+        assert!(m.get("c").is_none());
+        // statuses with distinct text beyond the scanned table still count
+        for i in 0..100 {
+            m.insert(
+                Arc::from(format!("x{i}")),
+                Status::unschedulable(format!("reason {}", i % 40)),
+            );
+        }
+        assert_eq!(m.len(), 105);
+        assert_eq!(m.distinct().map(|(_, c)| c).sum::<usize>(), 105);
+        assert_eq!(m.iter().count(), 105);
     }
 
     #[test]
