@@ -57,10 +57,121 @@ pub struct Status {
     /// The outcome.
     pub code: Code,
     /// Human-readable reasons ("Insufficient cpu", …).
-    pub reasons: Vec<Cow<'static, str>>,
+    pub reasons: Reasons,
     /// The plugin that returned it (filled in by the framework; shared, so
     /// a status per rejected node copies no name).
     pub plugin: Arc<str>,
+}
+
+/// A status's reasons, read as a slice. A single reason (what nearly every
+/// rejection has) is kept inline, so rejecting a node allocates nothing
+/// for a fixed message.
+#[derive(Clone, Default)]
+pub struct Reasons(ReasonsRepr);
+
+#[derive(Clone)]
+enum ReasonsRepr {
+    One(Cow<'static, str>),
+    Many(Vec<Cow<'static, str>>),
+}
+
+impl Default for ReasonsRepr {
+    fn default() -> Self {
+        ReasonsRepr::Many(Vec::new())
+    }
+}
+
+impl Reasons {
+    /// No reasons.
+    pub fn new() -> Reasons {
+        Reasons::default()
+    }
+
+    /// One reason.
+    pub fn one(reason: Cow<'static, str>) -> Reasons {
+        Reasons(ReasonsRepr::One(reason))
+    }
+
+    /// Add a reason.
+    pub fn push(&mut self, reason: Cow<'static, str>) {
+        match &mut self.0 {
+            ReasonsRepr::Many(v) if v.is_empty() => self.0 = ReasonsRepr::One(reason),
+            ReasonsRepr::Many(v) => v.push(reason),
+            ReasonsRepr::One(_) => {
+                if let ReasonsRepr::One(first) = std::mem::take(&mut self.0) {
+                    self.0 = ReasonsRepr::Many(vec![first, reason]);
+                }
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Reasons {
+    type Target = [Cow<'static, str>];
+    fn deref(&self) -> &Self::Target {
+        match &self.0 {
+            ReasonsRepr::One(r) => std::slice::from_ref(r),
+            ReasonsRepr::Many(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Debug for Reasons {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Reasons {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Reasons {}
+
+impl From<Vec<Cow<'static, str>>> for Reasons {
+    fn from(mut v: Vec<Cow<'static, str>>) -> Reasons {
+        match v.len() {
+            1 => Reasons(ReasonsRepr::One(v.remove(0))),
+            _ => Reasons(ReasonsRepr::Many(v)),
+        }
+    }
+}
+
+impl FromIterator<Cow<'static, str>> for Reasons {
+    fn from_iter<I: IntoIterator<Item = Cow<'static, str>>>(iter: I) -> Reasons {
+        let mut r = Reasons::new();
+        r.extend(iter);
+        r
+    }
+}
+
+impl Extend<Cow<'static, str>> for Reasons {
+    fn extend<I: IntoIterator<Item = Cow<'static, str>>>(&mut self, iter: I) {
+        for x in iter {
+            self.push(x);
+        }
+    }
+}
+
+impl IntoIterator for Reasons {
+    type Item = Cow<'static, str>;
+    type IntoIter = std::vec::IntoIter<Cow<'static, str>>;
+    fn into_iter(self) -> Self::IntoIter {
+        match self.0 {
+            ReasonsRepr::One(r) => vec![r].into_iter(),
+            ReasonsRepr::Many(v) => v.into_iter(),
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Reasons {
+    type Item = &'a Cow<'static, str>;
+    type IntoIter = std::slice::Iter<'a, Cow<'static, str>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
 }
 
 /// The empty plugin name, shared.
@@ -74,7 +185,7 @@ impl Status {
     pub fn success() -> Status {
         Status {
             code: Code::Success,
-            reasons: Vec::new(),
+            reasons: Reasons::new(),
             plugin: no_plugin(),
         }
     }
@@ -83,7 +194,7 @@ impl Status {
     pub fn new(code: Code, reason: impl Into<Cow<'static, str>>) -> Status {
         Status {
             code,
-            reasons: vec![reason.into()],
+            reasons: Reasons::one(reason.into()),
             plugin: no_plugin(),
         }
     }
@@ -107,7 +218,7 @@ impl Status {
     pub fn skip() -> Status {
         Status {
             code: Code::Skip,
-            reasons: Vec::new(),
+            reasons: Reasons::new(),
             plugin: no_plugin(),
         }
     }
@@ -131,10 +242,10 @@ impl Status {
     }
 
     /// A status with these reasons (none: Success-like codes).
-    pub fn with_reasons(code: Code, reasons: Vec<Cow<'static, str>>) -> Status {
+    pub fn with_reasons(code: Code, reasons: impl Into<Reasons>) -> Status {
         Status {
             code,
-            reasons,
+            reasons: reasons.into(),
             plugin: no_plugin(),
         }
     }
