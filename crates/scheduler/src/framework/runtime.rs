@@ -66,6 +66,9 @@ pub struct Framework {
     extenders: Vec<Arc<Extender>>,
     handle: Handle,
     next_start: AtomicUsize,
+    /// Nodes with the pods nominated to them added, kept between cycles
+    /// (see [`NominatedCopies`]).
+    nominated_copies: std::sync::Mutex<NominatedCopies>,
     rng: AtomicU64,
 }
 
@@ -285,6 +288,7 @@ impl Framework {
             extenders,
             handle,
             next_start: AtomicUsize::new(0),
+            nominated_copies: Default::default(),
             rng: AtomicU64::new(0x9E37_79B9_7F4A_7C15),
         };
         if fw.queue_sort.len() != 1 {
@@ -557,6 +561,32 @@ impl Framework {
         self.run_filter(state, pod, node)
     }
 
+    /// [`run_filter_with_run`](Self::run_filter_with_run) without PreFilter
+    /// extensions, filtering a kept copy of the node with its nominated pods
+    /// when nothing it was made from changed (see [`NominatedCopies`]).
+    fn run_filter_with_copy(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        run: &[(Arc<str>, Arc<PodInfo>)],
+        copies: &mut NominatedCopies,
+    ) -> Status {
+        let extra = run
+            .iter()
+            .filter(|(_, p)| p.priority >= pod.priority && p.uid != pod.uid)
+            .map(|(_, p)| p);
+        if run.is_empty() || extra.clone().next().is_none() {
+            return self.run_filter(state, pod, node);
+        }
+        let copy = copies.get(node, extra);
+        let s = self.run_filter(state, pod, copy);
+        if !s.is_success() {
+            return s;
+        }
+        self.run_filter(state, pod, node)
+    }
+
     /// Whether a PreFilter extension (AddPod/RemovePod) runs in this cycle:
     /// without one, adding or removing pods in a dry run leaves the cycle
     /// state as it is, so it need not be copied.
@@ -627,10 +657,21 @@ impl Framework {
             // the list per node.
             let starts = nominated_starts(snapshot, nominated);
             let extensions = !nominated.is_empty() && self.has_active_extensions(state);
-            let with_nominated = |idx: usize, node: &NodeInfo| -> Option<Status> {
+            // Without PreFilter extensions a node's copy with its nominated
+            // pods does not depend on the incoming pod beyond which pods
+            // count, so copies are kept from one cycle to the next.
+            let mut copies = if nominated.is_empty() || extensions {
+                None
+            } else {
+                self.nominated_copies.try_lock().ok()
+            };
+            let mut with_nominated = |idx: usize, node: &NodeInfo| -> Option<Status> {
                 let &(s, len) = starts.get(idx).filter(|(_, len)| *len > 0)?;
                 let run = nominated.get(s as usize..(s + len) as usize)?;
-                Some(self.run_filter_with_run(state, pod, node, run, extensions))
+                Some(match copies.as_deref_mut() {
+                    Some(copies) => self.run_filter_with_copy(state, pod, node, run, copies),
+                    None => self.run_filter_with_run(state, pod, node, run, extensions),
+                })
             };
             // Rejected nodes are only remembered by index; their statuses are
             // worked out again (filters are pure within a cycle) only when
@@ -1019,6 +1060,87 @@ pub fn nominated_on<'n>(
         .take_while(move |(n, _)| **n == *node)
         .filter(move |(_, p)| p.uid != pod.uid && p.priority >= pod.priority)
         .map(|(_, p)| p)
+}
+
+/// Copies of nodes with the pods nominated to them added (what
+/// kube-scheduler's `addGENominatedPods` builds for every such node on
+/// every Filter call), kept between cycles: while many pods wait for
+/// preemption victims to go, the same nodes carry the same nominated pods
+/// cycle after cycle, and copying a node (a reference count per pod on it)
+/// was most of a failed cycle's filter pass.
+///
+/// A copy is reused only if it was made from exactly what the node and the
+/// nominations are now, compared by identity: the same node object, the
+/// same pods in the same order and the same topology ids (everything in a
+/// [`NodeInfo`] is derived from those), plus the same nominated pods added
+/// in the same order. The copy holds all of them, so no address compared
+/// can have been reused by another object. The incoming pod is not part of
+/// a copy (only which nominated pods count for it, which is compared), and
+/// copies are used only when no PreFilter extension would change the
+/// cycle state per added pod.
+#[derive(Default)]
+struct NominatedCopies {
+    entries: HashMap<Arc<str>, NominatedCopy, super::topology_counts::FastBuild>,
+}
+
+struct NominatedCopy {
+    /// The node with the nominated pods added after its own.
+    info: NodeInfo,
+    /// How many of `info.pods` are the node's own.
+    own: usize,
+}
+
+/// Past this many kept copies, the ones for nodes not asked about since
+/// are dropped.
+const MAX_NOMINATED_COPIES: usize = 2048;
+
+impl NominatedCopies {
+    /// `node` with `extra` added: the kept copy if it was made from the same
+    /// node and pods, else a new one (kept in its place).
+    fn get<'p>(
+        &mut self,
+        node: &NodeInfo,
+        extra: impl Iterator<Item = &'p Arc<PodInfo>> + Clone,
+    ) -> &NodeInfo {
+        if self.entries.len() >= MAX_NOMINATED_COPIES && !self.entries.contains_key(&*node.name) {
+            self.entries.clear();
+        }
+        let entry = self
+            .entries
+            .entry(node.id.clone())
+            .or_insert_with(|| NominatedCopy {
+                info: NodeInfo::default(),
+                own: usize::MAX,
+            });
+        let same = entry.own == node.pods.len()
+            && same_arc(&entry.info.node, &node.node)
+            && entry.info.topology_ids == node.topology_ids
+            && entry.info.pods.len() == node.pods.len() + extra.clone().count()
+            && {
+                let (own, added) = entry.info.pods.split_at(node.pods.len());
+                own.iter().zip(&node.pods).all(|(a, b)| Arc::ptr_eq(a, b))
+                    && added
+                        .iter()
+                        .zip(extra.clone())
+                        .all(|(a, b)| Arc::ptr_eq(a, b))
+            };
+        if !same {
+            entry.info.clone_from(node);
+            for p in extra {
+                entry.info.add_pod(p.clone());
+            }
+            entry.own = node.pods.len();
+        }
+        &entry.info
+    }
+}
+
+fn same_arc<T>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
 }
 
 /// Where each of the snapshot's nodes has its entries in `nominated`

@@ -38,7 +38,7 @@ impl Clone for Topology {
 #[derive(Debug, Default, Clone)]
 pub struct Snapshot {
     nodes: Vec<NodeInfo>,
-    index: HashMap<String, usize>,
+    index: HashMap<String, usize, FastBuild>,
     image_nodes: HashMap<String, usize>,
     /// Pods on nodes not (yet) known, by node name.
     orphans: HashMap<String, Vec<Arc<PodInfo>>>,

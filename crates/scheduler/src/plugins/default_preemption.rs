@@ -819,64 +819,127 @@ mod tests {
                 })
                 .collect();
             nominated.sort_by(|a, b| a.0.cmp(&b.0));
-            let extra = if rng.next(2) == 0 {
-                json!({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
-                    "resources": {"requests": {"cpu": format!("{}m", 1000 + 500 * rng.next(6))}}}]})
-            } else {
-                json!({})
-            };
-            let incoming = pod("hi", 1000 + 500 * rng.next(6), 100, 0, "a", extra);
-            let fw: &Framework = c.profile("default-scheduler").unwrap();
-            let snapshot = c.cache().snapshot();
-            let pod = PodInfo::new(Arc::new(incoming));
-            let mut state = CycleState::default();
-            fw.run_pre_filter(&mut state, &pod, snapshot).unwrap();
-            let (feasible, statuses) = fw
-                .find_nodes_that_fit(&state, &pod, snapshot, None, &nominated)
-                .unwrap();
-            let mut reference = NodeToStatus::default();
-            let mut fits = Vec::new();
-            for n in snapshot.nodes() {
-                if nominated_on(&pod, &n.name, &nominated).next().is_some() {
-                    nominated_nodes += 1;
-                }
-                let s = fw.run_filter_with_nominated(&state, &pod, n, &nominated);
-                if s.is_success() {
-                    fits.push(n.name.clone());
+            // Several cycles on the same scheduler: copies of nodes with
+            // their nominated pods are kept between cycles and must follow
+            // every change of the node's pods and of the nominations.
+            for step in 0..4 {
+                let extra = if rng.next(2) == 0 {
+                    json!({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
+                        "resources": {"requests": {"cpu": format!("{}m", 1000 + 500 * rng.next(6))}}}]})
                 } else {
-                    reference.insert(n.id.clone(), s);
-                }
-            }
-            let mut got: Vec<String> = feasible.iter().map(|n| n.name.clone()).collect();
-            got.sort();
-            fits.sort();
-            assert_eq!(got, fits, "round {round}: feasible nodes");
-            if feasible.is_empty() {
-                assert_eq!(statuses.len(), reference.len(), "round {round}");
-                for (name, s) in reference.iter() {
-                    assert_eq!(statuses.get(name), Some(s), "round {round}: node {name}");
-                }
-                let counted: usize = statuses.distinct().map(|(_, c)| c).sum();
-                assert_eq!(counted, statuses.len(), "round {round}");
-                // The histogram, counted node by node.
-                let mut by_reason: std::collections::BTreeMap<String, usize> = Default::default();
-                for (_, s) in reference.iter() {
-                    for r in &s.reasons {
-                        *by_reason.entry(r.to_string()).or_default() += 1;
+                    json!({})
+                };
+                let incoming = pod(
+                    "hi",
+                    1000 + 500 * rng.next(6),
+                    [100, 150][rng.next(2) as usize],
+                    0,
+                    "a",
+                    extra,
+                );
+                let fw: &Framework = c.profile("default-scheduler").unwrap();
+                let snapshot = c.cache().snapshot();
+                let pi = PodInfo::new(Arc::new(incoming));
+                let mut state = CycleState::default();
+                fw.run_pre_filter(&mut state, &pi, snapshot).unwrap();
+                let (feasible, statuses) = fw
+                    .find_nodes_that_fit(&state, &pi, snapshot, None, &nominated)
+                    .unwrap();
+                let mut reference = NodeToStatus::default();
+                let mut fits = Vec::new();
+                for n in snapshot.nodes() {
+                    if nominated_on(&pi, &n.name, &nominated).next().is_some() {
+                        nominated_nodes += 1;
+                    }
+                    let s = fw.run_filter_with_nominated(&state, &pi, n, &nominated);
+                    if s.is_success() {
+                        fits.push(n.name.clone());
+                    } else {
+                        reference.insert(n.id.clone(), s);
                     }
                 }
-                let mut parts: Vec<String> =
-                    by_reason.iter().map(|(r, c)| format!("{c} {r}")).collect();
-                parts.sort();
-                assert_eq!(
-                    histogram_message(snapshot.nodes().len(), &statuses),
-                    format!(
-                        "0/{} nodes are available: {}.",
-                        snapshot.nodes().len(),
-                        parts.join(", ")
-                    ),
-                    "round {round}"
-                );
+                let mut got: Vec<String> = feasible.iter().map(|n| n.name.clone()).collect();
+                got.sort();
+                fits.sort();
+                assert_eq!(got, fits, "round {round} step {step}: feasible nodes");
+                if feasible.is_empty() {
+                    assert_eq!(statuses.len(), reference.len(), "round {round}");
+                    for (name, s) in reference.iter() {
+                        assert_eq!(
+                            statuses.get(name),
+                            Some(s),
+                            "round {round} step {step}: node {name}"
+                        );
+                    }
+                    let counted: usize = statuses.distinct().map(|(_, c)| c).sum();
+                    assert_eq!(counted, statuses.len(), "round {round}");
+                    // The histogram, counted node by node.
+                    let mut by_reason: std::collections::BTreeMap<String, usize> =
+                        Default::default();
+                    for (_, s) in reference.iter() {
+                        for r in &s.reasons {
+                            *by_reason.entry(r.to_string()).or_default() += 1;
+                        }
+                    }
+                    let mut parts: Vec<String> =
+                        by_reason.iter().map(|(r, c)| format!("{c} {r}")).collect();
+                    parts.sort();
+                    assert_eq!(
+                        histogram_message(snapshot.nodes().len(), &statuses),
+                        format!(
+                            "0/{} nodes are available: {}.",
+                            snapshot.nodes().len(),
+                            parts.join(", ")
+                        ),
+                        "round {round} step {step}"
+                    );
+                }
+                drop(feasible);
+                match rng.next(4) {
+                    0 => {} // nothing changed: the kept copies are used as they are
+                    1 => {
+                        let i = rng.next(nodes);
+                        let p = pod(
+                            &format!("q{step}"),
+                            100 + 300 * rng.next(4),
+                            0,
+                            0,
+                            "a",
+                            json!({"nodeName": format!("n{i}")}),
+                        );
+                        c.handle_input(Input::PodApply(Arc::new(p)));
+                    }
+                    2 => {
+                        let victim = pod(
+                            &format!("p{}-0", rng.next(nodes)),
+                            100,
+                            0,
+                            0,
+                            "a",
+                            json!({}),
+                        );
+                        c.handle_input(Input::PodDelete(Arc::new(victim)));
+                    }
+                    _ => {
+                        if !nominated.is_empty() {
+                            let k = rng.next(nominated.len() as u64) as usize;
+                            nominated.remove(k);
+                        }
+                        let p = pod(
+                            &format!("nomx{step}"),
+                            500 * rng.next(3),
+                            150,
+                            0,
+                            "x",
+                            json!({}),
+                        );
+                        nominated.push((
+                            Arc::from(format!("n{}", rng.next(nodes))),
+                            Arc::new(PodInfo::new(Arc::new(p))),
+                        ));
+                        nominated.sort_by(|a, b| a.0.cmp(&b.0));
+                    }
+                }
             }
         }
         assert!(
