@@ -112,29 +112,33 @@ fn more_important(a: &PodInfo, b: &PodInfo) -> std::cmp::Ordering {
 }
 
 impl DefaultPreemption {
-    fn violates_pdb(&self, victims: &[Arc<PodInfo>]) -> Vec<bool> {
+    /// Per victim, whether evicting it (after the ones before it) violates
+    /// a PodDisruptionBudget; `None` when no PDB exists (none does).
+    fn violates_pdb(&self, victims: &[Arc<PodInfo>]) -> Option<Vec<bool>> {
         let Ok(pdbs) = self.handle.pdbs.read() else {
-            return vec![false; victims.len()];
+            return None;
         };
         if pdbs.is_empty() {
-            return vec![false; victims.len()];
+            return None;
         }
         let mut allowed: Vec<i32> = pdbs.iter().map(|p| p.disruptions_allowed).collect();
-        victims
-            .iter()
-            .map(|v| {
-                let mut violating = false;
-                for (i, p) in pdbs.iter().enumerate() {
-                    if p.namespace == v.namespace && p.selector.matches(&v.labels) {
-                        allowed[i] -= 1;
-                        if allowed[i] < 0 {
-                            violating = true;
+        Some(
+            victims
+                .iter()
+                .map(|v| {
+                    let mut violating = false;
+                    for (i, p) in pdbs.iter().enumerate() {
+                        if p.namespace == v.namespace && p.selector.matches(&v.labels) {
+                            allowed[i] -= 1;
+                            if allowed[i] < 0 {
+                                violating = true;
+                            }
                         }
                     }
-                }
-                violating
-            })
-            .collect()
+                    violating
+                })
+                .collect(),
+        )
     }
 
     /// Try one node: remove every lower-priority pod; if the pod then fits,
@@ -153,13 +157,7 @@ impl DefaultPreemption {
         info: &mut NodeInfo,
     ) -> Option<Candidate> {
         let fw = ctx.framework;
-        let mut potential: Vec<Arc<PodInfo>> = node
-            .pods
-            .iter()
-            .filter(|p| p.priority < pod.priority)
-            .cloned()
-            .collect();
-        if potential.is_empty() {
+        if !node.pods.iter().any(|p| p.priority < pod.priority) {
             return None;
         }
         info.clone_from(node);
@@ -167,41 +165,49 @@ impl DefaultPreemption {
         let extra: Vec<&Arc<PodInfo>> = nominated_on(pod, &node.name, ctx.nominated).collect();
         // Take every lower-priority pod out by position, last first (a
         // removal moves the last pod into the hole, so positions before it
-        // stay valid): no search by UID per victim.
+        // stay valid and still hold the node's own pods): no search by UID
+        // per victim, and the removed pods are the potential victims.
+        let mut potential: Vec<Arc<PodInfo>> = Vec::new();
         for i in (0..info.pods.len()).rev() {
             if info.pods[i].priority < pod.priority {
                 let v = info.remove_pod_at(i);
                 if let Some(st) = st.as_mut() {
                     fw.run_pre_filter_remove_pod(st, pod, &v, info);
                 }
+                potential.push(v);
             }
         }
         if !fits(fw, &mut st, state, pod, info, &extra) {
             return None;
         }
+        // The node's order (the sort below is stable: equal pods are tried
+        // in the order they are on the node).
+        potential.reverse();
         potential.sort_by(|a, b| more_important(a, b));
+        // PDB-violating pods are tried first; without PDBs there is one group.
         let violating = self.violates_pdb(&potential);
-        let (viol, non_viol): (Vec<_>, Vec<_>) =
-            potential.into_iter().zip(violating).partition(|(_, v)| *v);
         let mut victims = Vec::new();
         let mut pdb_violations = 0;
-        for (group, is_violating) in [(viol, true), (non_viol, false)] {
-            for (p, _) in group {
+        for is_violating in [true, false] {
+            for (i, p) in potential.iter().enumerate() {
+                if violating.as_ref().is_some_and(|v| v[i]) != is_violating {
+                    continue;
+                }
                 info.add_pod(p.clone());
                 if let Some(st) = st.as_mut() {
-                    fw.run_pre_filter_add_pod(st, pod, &p, info);
+                    fw.run_pre_filter_add_pod(st, pod, p, info);
                 }
                 if fits(fw, &mut st, state, pod, info, &extra) {
                     continue; // reprieved
                 }
                 info.pop_pod();
                 if let Some(st) = st.as_mut() {
-                    fw.run_pre_filter_remove_pod(st, pod, &p, info);
+                    fw.run_pre_filter_remove_pod(st, pod, p, info);
                 }
                 if is_violating {
                     pdb_violations += 1;
                 }
-                victims.push(p);
+                victims.push(p.clone());
             }
         }
         if victims.is_empty() {
@@ -560,7 +566,9 @@ mod tests {
                 continue;
             }
             victims_pool.sort_by(|a, b| more_important(a, b));
-            let violating = plugin.violates_pdb(&victims_pool);
+            let violating = plugin
+                .violates_pdb(&victims_pool)
+                .unwrap_or_else(|| vec![false; victims_pool.len()]);
             let (viol, non_viol): (Vec<_>, Vec<_>) = victims_pool
                 .into_iter()
                 .zip(violating)
