@@ -719,23 +719,14 @@ fn counted_controller(pod: &PodInfo) -> Option<&str> {
 }
 
 /// A node and the aggregates of the pods assigned (or assumed) to it.
-///
-/// Laid out in declaration order (`repr(C)`) with what the per-node
-/// filters and scores read first: a filter pass walks thousands of these,
-/// and keeping those fields on the first few cache lines saves a miss per
-/// line per node.
 #[derive(Debug, Default)]
-#[repr(C)]
 pub struct NodeInfo {
-    /// The node's values of the well-known topology keys
-    /// ([`WELL_KNOWN_TOPOLOGY_KEYS`]) as ids interned by the snapshot that
-    /// holds the node, with that snapshot's id; `None` outside a snapshot.
-    /// Lets a per-node Filter find the node's domain without string lookups.
-    pub topology_ids: Option<(u64, [u32; 3])>,
-    /// Taints.
-    pub taints: Vec<Taint>,
-    /// Pods on the node (bound or assumed).
-    pub pods: Vec<Arc<PodInfo>>,
+    /// Node name.
+    pub name: String,
+    /// The same name, cheap to clone (for score lists).
+    pub id: Arc<str>,
+    /// The node object (`None` while only its pods are known).
+    pub node: Option<Arc<Node>>,
     /// Allocatable resources (`status.allocatable`).
     pub allocatable: Resource,
     /// Sum of the requests of the pods on the node.
@@ -744,29 +735,32 @@ pub struct NodeInfo {
     pub non_zero_cpu: i64,
     /// Memory requested with the scoring defaults.
     pub non_zero_memory: i64,
-    /// The same name, cheap to clone (for score lists).
-    pub id: Arc<str>,
-    /// `spec.unschedulable`.
-    pub unschedulable: bool,
-    /// Node name.
-    pub name: String,
-    /// The node object (`None` while only its pods are known).
-    pub node: Option<Arc<Node>>,
+    /// Pods on the node (bound or assumed).
+    pub pods: Vec<Arc<PodInfo>>,
     /// How many of `pods` have pod (anti-)affinity terms.
     pub pods_with_affinity: usize,
-    /// How many of `pods` have required anti-affinity terms.
-    pub pods_with_required_anti_affinity: usize,
     /// Per controller owner UID, how many of `pods` it controls that are
     /// not terminating: PodTopologySpread's per-node count for the default
     /// constraints (by hostname) without scanning the node's pods for every
     /// scored node.
     pub controllers: HashMap<Box<str>, u32, super::topology_counts::FastBuild>,
+    /// How many of `pods` have required anti-affinity terms.
+    pub pods_with_required_anti_affinity: usize,
     /// Host ports in use.
     pub used_ports: Vec<HostPort>,
     /// Images present on the node with their sizes in bytes.
     pub images: HashMap<String, i64>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
     /// Bumped on every change (snapshots copy only what changed).
     pub generation: u64,
+    /// The node's values of the well-known topology keys
+    /// ([`WELL_KNOWN_TOPOLOGY_KEYS`]) as ids interned by the snapshot that
+    /// holds the node, with that snapshot's id; `None` outside a snapshot.
+    /// Lets a per-node Filter find the node's domain without string lookups.
+    pub topology_ids: Option<(u64, [u32; 3])>,
     /// The lowest priority among `pods` with the latest start among the
     /// pods of that priority, kept as pods are added; stale once a pod was
     /// removed (worked out again by [`NodeInfo::lowest_priority`]).
