@@ -568,23 +568,34 @@ impl Framework {
         &self,
         state: &CycleState,
         pod: &PodInfo,
+        idx: usize,
         node: &NodeInfo,
         run: &[(Arc<str>, Arc<PodInfo>)],
         copies: &mut NominatedCopies,
     ) -> Status {
-        let extra = run
-            .iter()
-            .filter(|(_, p)| p.priority >= pod.priority && p.uid != pod.uid)
-            .map(|(_, p)| p);
-        if run.is_empty() || extra.clone().next().is_none() {
-            return self.run_filter(state, pod, node);
-        }
-        let copy = copies.get(node, extra);
-        let s = self.run_filter(state, pod, copy);
-        if !s.is_success() {
-            return s;
-        }
-        self.run_filter(state, pod, node)
+        // Which of the node's nominated pods count, worked out once (the
+        // UID comparison is a string comparison).
+        let mut counted = std::mem::take(&mut copies.counted);
+        counted.clear();
+        counted.extend(
+            run.iter()
+                .enumerate()
+                .filter(|(_, (_, p))| p.priority >= pod.priority && p.uid != pod.uid)
+                .map(|(i, _)| i),
+        );
+        let s = if counted.is_empty() {
+            self.run_filter(state, pod, node)
+        } else {
+            let copy = copies.get(idx, node, run, &counted);
+            let s = self.run_filter(state, pod, copy);
+            if s.is_success() {
+                self.run_filter(state, pod, node)
+            } else {
+                s
+            }
+        };
+        copies.counted = counted;
+        s
     }
 
     /// Whether a PreFilter extension (AddPod/RemovePod) runs in this cycle:
@@ -669,7 +680,7 @@ impl Framework {
                 let &(s, len) = starts.get(idx).filter(|(_, len)| *len > 0)?;
                 let run = nominated.get(s as usize..(s + len) as usize)?;
                 Some(match copies.as_deref_mut() {
-                    Some(copies) => self.run_filter_with_copy(state, pod, node, run, copies),
+                    Some(copies) => self.run_filter_with_copy(state, pod, idx, node, run, copies),
                     None => self.run_filter_with_run(state, pod, node, run, extensions),
                 })
             };
@@ -1080,7 +1091,11 @@ pub fn nominated_on<'n>(
 /// cycle state per added pod.
 #[derive(Default)]
 struct NominatedCopies {
-    entries: HashMap<Arc<str>, NominatedCopy, super::topology_counts::FastBuild>,
+    /// By the node's position in the snapshot (a node that moved or was
+    /// replaced fails the identity check and is copied again).
+    entries: Vec<Option<Box<NominatedCopy>>>,
+    /// Scratch: positions of the nominated pods that count.
+    counted: Vec<usize>,
 }
 
 struct NominatedCopy {
@@ -1090,32 +1105,31 @@ struct NominatedCopy {
     own: usize,
 }
 
-/// Past this many kept copies, the ones for nodes not asked about since
-/// are dropped.
-const MAX_NOMINATED_COPIES: usize = 2048;
-
 impl NominatedCopies {
-    /// `node` with `extra` added: the kept copy if it was made from the same
-    /// node and pods, else a new one (kept in its place).
-    fn get<'p>(
+    /// `node` (at position `idx` in the snapshot) with the pods
+    /// `run[counted]` added: the kept copy if it was made from the same node
+    /// and pods, else a new one (kept in its place).
+    fn get(
         &mut self,
+        idx: usize,
         node: &NodeInfo,
-        extra: impl Iterator<Item = &'p Arc<PodInfo>> + Clone,
+        run: &[(Arc<str>, Arc<PodInfo>)],
+        counted: &[usize],
     ) -> &NodeInfo {
-        if self.entries.len() >= MAX_NOMINATED_COPIES && !self.entries.contains_key(&*node.name) {
-            self.entries.clear();
+        if self.entries.len() <= idx {
+            self.entries.resize_with(idx + 1, || None);
         }
-        let entry = self
-            .entries
-            .entry(node.id.clone())
-            .or_insert_with(|| NominatedCopy {
+        let entry = self.entries[idx].get_or_insert_with(|| {
+            Box::new(NominatedCopy {
                 info: NodeInfo::default(),
                 own: usize::MAX,
-            });
+            })
+        });
+        let extra = counted.iter().filter_map(|&i| run.get(i).map(|(_, p)| p));
         let same = entry.own == node.pods.len()
             && same_arc(&entry.info.node, &node.node)
             && entry.info.topology_ids == node.topology_ids
-            && entry.info.pods.len() == node.pods.len() + extra.clone().count()
+            && entry.info.pods.len() == node.pods.len() + counted.len()
             && {
                 let (own, added) = entry.info.pods.split_at(node.pods.len());
                 own.iter().zip(&node.pods).all(|(a, b)| Arc::ptr_eq(a, b))
