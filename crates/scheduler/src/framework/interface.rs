@@ -57,10 +57,121 @@ pub struct Status {
     /// The outcome.
     pub code: Code,
     /// Human-readable reasons ("Insufficient cpu", …).
-    pub reasons: Vec<Cow<'static, str>>,
+    pub reasons: Reasons,
     /// The plugin that returned it (filled in by the framework; shared, so
     /// a status per rejected node copies no name).
     pub plugin: Arc<str>,
+}
+
+/// A status's reasons, read as a slice. A single reason (what nearly every
+/// rejection has) is kept inline, so rejecting a node allocates nothing
+/// for a fixed message.
+#[derive(Clone, Default)]
+pub struct Reasons(ReasonsRepr);
+
+#[derive(Clone)]
+enum ReasonsRepr {
+    One(Cow<'static, str>),
+    Many(Vec<Cow<'static, str>>),
+}
+
+impl Default for ReasonsRepr {
+    fn default() -> Self {
+        ReasonsRepr::Many(Vec::new())
+    }
+}
+
+impl Reasons {
+    /// No reasons.
+    pub fn new() -> Reasons {
+        Reasons::default()
+    }
+
+    /// One reason.
+    pub fn one(reason: Cow<'static, str>) -> Reasons {
+        Reasons(ReasonsRepr::One(reason))
+    }
+
+    /// Add a reason.
+    pub fn push(&mut self, reason: Cow<'static, str>) {
+        match &mut self.0 {
+            ReasonsRepr::Many(v) if v.is_empty() => self.0 = ReasonsRepr::One(reason),
+            ReasonsRepr::Many(v) => v.push(reason),
+            ReasonsRepr::One(_) => {
+                if let ReasonsRepr::One(first) = std::mem::take(&mut self.0) {
+                    self.0 = ReasonsRepr::Many(vec![first, reason]);
+                }
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Reasons {
+    type Target = [Cow<'static, str>];
+    fn deref(&self) -> &Self::Target {
+        match &self.0 {
+            ReasonsRepr::One(r) => std::slice::from_ref(r),
+            ReasonsRepr::Many(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Debug for Reasons {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Reasons {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Reasons {}
+
+impl From<Vec<Cow<'static, str>>> for Reasons {
+    fn from(mut v: Vec<Cow<'static, str>>) -> Reasons {
+        match v.len() {
+            1 => Reasons(ReasonsRepr::One(v.remove(0))),
+            _ => Reasons(ReasonsRepr::Many(v)),
+        }
+    }
+}
+
+impl FromIterator<Cow<'static, str>> for Reasons {
+    fn from_iter<I: IntoIterator<Item = Cow<'static, str>>>(iter: I) -> Reasons {
+        let mut r = Reasons::new();
+        r.extend(iter);
+        r
+    }
+}
+
+impl Extend<Cow<'static, str>> for Reasons {
+    fn extend<I: IntoIterator<Item = Cow<'static, str>>>(&mut self, iter: I) {
+        for x in iter {
+            self.push(x);
+        }
+    }
+}
+
+impl IntoIterator for Reasons {
+    type Item = Cow<'static, str>;
+    type IntoIter = std::vec::IntoIter<Cow<'static, str>>;
+    fn into_iter(self) -> Self::IntoIter {
+        match self.0 {
+            ReasonsRepr::One(r) => vec![r].into_iter(),
+            ReasonsRepr::Many(v) => v.into_iter(),
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Reasons {
+    type Item = &'a Cow<'static, str>;
+    type IntoIter = std::slice::Iter<'a, Cow<'static, str>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
 }
 
 /// The empty plugin name, shared.
@@ -74,7 +185,7 @@ impl Status {
     pub fn success() -> Status {
         Status {
             code: Code::Success,
-            reasons: Vec::new(),
+            reasons: Reasons::new(),
             plugin: no_plugin(),
         }
     }
@@ -83,7 +194,7 @@ impl Status {
     pub fn new(code: Code, reason: impl Into<Cow<'static, str>>) -> Status {
         Status {
             code,
-            reasons: vec![reason.into()],
+            reasons: Reasons::one(reason.into()),
             plugin: no_plugin(),
         }
     }
@@ -107,7 +218,7 @@ impl Status {
     pub fn skip() -> Status {
         Status {
             code: Code::Skip,
-            reasons: Vec::new(),
+            reasons: Reasons::new(),
             plugin: no_plugin(),
         }
     }
@@ -131,10 +242,10 @@ impl Status {
     }
 
     /// A status with these reasons (none: Success-like codes).
-    pub fn with_reasons(code: Code, reasons: Vec<Cow<'static, str>>) -> Status {
+    pub fn with_reasons(code: Code, reasons: impl Into<Reasons>) -> Status {
         Status {
             code,
-            reasons,
+            reasons: reasons.into(),
             plugin: no_plugin(),
         }
     }
@@ -399,9 +510,120 @@ pub trait FilterPlugin: Plugin {
     }
 }
 
-/// Why each node was rejected, by node name (the node's shared name,
-/// [`NodeInfo::id`], so recording a status copies no string).
-pub type NodeToStatus = HashMap<Arc<str>, Status, super::topology_counts::FastBuild>;
+/// Why each node was rejected, by node name (kube-scheduler's
+/// `NodeToStatus`).
+///
+/// Most nodes of a failed cycle are rejected for the same few reasons
+/// ("Insufficient cpu"), so equal statuses are stored once and each node
+/// keeps an index into that small table: recording 5,000 rejections builds
+/// a handful of statuses, and the `FailedScheduling` histogram or a
+/// PostFilter's "is any node unresolvable?" reads the table, not every
+/// node. Nodes are keyed by their shared name ([`NodeInfo::id`]), so a
+/// record copies no string.
+#[derive(Debug, Clone, Default)]
+pub struct NodeToStatus {
+    /// Distinct statuses with how many nodes currently have each.
+    table: Vec<(Status, usize)>,
+    /// Node name → index into `table`.
+    nodes: HashMap<Arc<str>, u32, super::topology_counts::FastBuild>,
+    /// The table entry matched last (the next node is likely the same).
+    last: usize,
+}
+
+/// Past this many distinct statuses a new one is appended without looking
+/// for an equal one (statuses carrying node-specific text would otherwise
+/// make each record scan a long table); the histogram adds them up anyway.
+const STATUS_TABLE_SCAN: usize = 32;
+
+/// Equal code, plugin and reasons, comparing shared pointers first (a
+/// plugin's fixed reasons are the same `&'static str` on every node).
+fn same_status(a: &Status, b: &Status) -> bool {
+    a.code == b.code
+        && (Arc::ptr_eq(&a.plugin, &b.plugin) || a.plugin == b.plugin)
+        && a.reasons.len() == b.reasons.len()
+        && a.reasons
+            .iter()
+            .zip(&b.reasons)
+            .all(|(x, y)| (std::ptr::eq(x.as_ptr(), y.as_ptr()) && x.len() == y.len()) || x == y)
+}
+
+impl NodeToStatus {
+    /// An empty map.
+    pub fn new() -> NodeToStatus {
+        NodeToStatus::default()
+    }
+
+    /// Room for `additional` more nodes.
+    pub fn reserve(&mut self, additional: usize) {
+        self.nodes.reserve(additional);
+    }
+
+    /// Record why `node` was rejected (replacing an earlier record).
+    pub fn insert(&mut self, node: Arc<str>, status: Status) {
+        let at = self.intern(status);
+        self.table[at].1 += 1;
+        if let Some(old) = self.nodes.insert(node, at as u32)
+            && let Some(e) = self.table.get_mut(old as usize)
+        {
+            e.1 -= 1;
+        }
+    }
+
+    fn intern(&mut self, status: Status) -> usize {
+        if let Some((s, _)) = self.table.get(self.last)
+            && same_status(s, &status)
+        {
+            return self.last;
+        }
+        let found = if self.table.len() <= STATUS_TABLE_SCAN {
+            self.table.iter().position(|(s, _)| same_status(s, &status))
+        } else {
+            None
+        };
+        let at = found.unwrap_or_else(|| {
+            self.table.push((status, 0));
+            self.table.len() - 1
+        });
+        self.last = at;
+        at
+    }
+
+    /// Why `node` was rejected, if it was.
+    pub fn get(&self, node: &str) -> Option<&Status> {
+        let i = *self.nodes.get(node)?;
+        self.table.get(i as usize).map(|(s, _)| s)
+    }
+
+    /// Whether `node` has a record.
+    pub fn contains(&self, node: &str) -> bool {
+        self.nodes.contains_key(node)
+    }
+
+    /// How many nodes have a record.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether no node has a record.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Every node with its status (in no particular order).
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Status)> + '_ {
+        self.nodes
+            .iter()
+            .filter_map(|(n, i)| self.table.get(*i as usize).map(|(s, _)| (n, s)))
+    }
+
+    /// Each distinct status once, with how many nodes have it (`> 0`).
+    pub fn distinct(&self) -> impl Iterator<Item = (&Status, usize)> + '_ {
+        self.table
+            .iter()
+            .filter(|(_, c)| *c > 0)
+            .map(|(s, c)| (s, *c))
+    }
+}
 
 /// What a PostFilter achieved.
 #[derive(Debug, Clone, Default)]

@@ -66,6 +66,9 @@ pub struct Framework {
     extenders: Vec<Arc<Extender>>,
     handle: Handle,
     next_start: AtomicUsize,
+    /// Nodes with the pods nominated to them added, kept between cycles
+    /// (see [`NominatedCopies`]).
+    nominated_copies: std::sync::Mutex<NominatedCopies>,
     rng: AtomicU64,
 }
 
@@ -117,7 +120,8 @@ impl FitError {
     pub fn unschedulable_plugins(&self) -> Vec<String> {
         let mut v: Vec<&str> = self
             .statuses
-            .values()
+            .distinct()
+            .map(|(s, _)| s)
             .chain(self.pre_filter_status.iter())
             .map(|s| &*s.plugin)
             .filter(|p| !p.is_empty())
@@ -131,9 +135,9 @@ impl FitError {
 /// "0/N nodes are available: <count> <reason>, …." with the reasons sorted.
 pub fn histogram_message(n: usize, statuses: &NodeToStatus) -> String {
     let mut counts: HashMap<&str, usize, super::topology_counts::FastBuild> = HashMap::default();
-    for s in statuses.values() {
+    for (s, nodes) in statuses.distinct() {
         for r in &s.reasons {
-            *counts.entry(r.as_ref()).or_default() += 1;
+            *counts.entry(r.as_ref()).or_default() += nodes;
         }
     }
     let mut reasons: Vec<String> = counts
@@ -284,6 +288,7 @@ impl Framework {
             extenders,
             handle,
             next_start: AtomicUsize::new(0),
+            nominated_copies: Default::default(),
             rng: AtomicU64::new(0x9E37_79B9_7F4A_7C15),
         };
         if fw.queue_sort.len() != 1 {
@@ -518,6 +523,81 @@ impl Framework {
         self.run_filter(state, pod, node)
     }
 
+    /// [`run_filter_with_nominated`](Self::run_filter_with_nominated) with
+    /// the node's own entries of the nominated list already found (`run`:
+    /// every entry for this node, as [`nominated_starts`] locates them) and
+    /// whether PreFilter extensions are active already known.
+    fn run_filter_with_run(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        run: &[(Arc<str>, Arc<PodInfo>)],
+        extensions: bool,
+    ) -> Status {
+        let mut extra = run
+            .iter()
+            .filter(|(_, p)| p.priority >= pod.priority && p.uid != pod.uid)
+            .map(|(_, p)| p)
+            .peekable();
+        if extra.peek().is_some() {
+            let s = with_scratch(node, |with| {
+                let mut st = extensions.then(|| state.clone());
+                for p in extra {
+                    with.add_pod(p.clone());
+                    if let Some(st) = st.as_mut() {
+                        let s = self.run_pre_filter_add_pod(st, pod, p, with);
+                        if !s.is_success() {
+                            return s;
+                        }
+                    }
+                }
+                self.run_filter(st.as_ref().unwrap_or(state), pod, with)
+            });
+            if !s.is_success() {
+                return s;
+            }
+        }
+        self.run_filter(state, pod, node)
+    }
+
+    /// [`run_filter_with_run`](Self::run_filter_with_run) without PreFilter
+    /// extensions, filtering a kept copy of the node with its nominated pods
+    /// when nothing it was made from changed (see [`NominatedCopies`]).
+    fn run_filter_with_copy(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        idx: usize,
+        node: &NodeInfo,
+        run: &[(Arc<str>, Arc<PodInfo>)],
+        copies: &mut NominatedCopies,
+    ) -> Status {
+        // Which of the node's nominated pods count, worked out once (the
+        // UID comparison is a string comparison).
+        let mut counted = std::mem::take(&mut copies.counted);
+        counted.clear();
+        counted.extend(
+            run.iter()
+                .enumerate()
+                .filter(|(_, (_, p))| p.priority >= pod.priority && p.uid != pod.uid)
+                .map(|(i, _)| i),
+        );
+        let s = if counted.is_empty() {
+            self.run_filter(state, pod, node)
+        } else {
+            let copy = copies.get(idx, node, run, &counted);
+            let s = self.run_filter(state, pod, copy);
+            if s.is_success() {
+                self.run_filter(state, pod, node)
+            } else {
+                s
+            }
+        };
+        copies.counted = counted;
+        s
+    }
+
     /// Whether a PreFilter extension (AddPod/RemovePod) runs in this cycle:
     /// without one, adding or removing pods in a dry run leaves the cycle
     /// state as it is, so it need not be copied.
@@ -583,6 +663,27 @@ impl Framework {
                 .filter_map(|(_, e)| e.plugin.as_filter().map(|p| (&e.id, p)))
                 .collect();
             let no_filters = active.is_empty();
+            // Each node's entries in the nominated list, found once per
+            // cycle (one lookup per nominated node) instead of a search of
+            // the list per node.
+            let starts = nominated_starts(snapshot, nominated);
+            let extensions = !nominated.is_empty() && self.has_active_extensions(state);
+            // Without PreFilter extensions a node's copy with its nominated
+            // pods does not depend on the incoming pod beyond which pods
+            // count, so copies are kept from one cycle to the next.
+            let mut copies = if nominated.is_empty() || extensions {
+                None
+            } else {
+                self.nominated_copies.try_lock().ok()
+            };
+            let mut with_nominated = |idx: usize, node: &NodeInfo| -> Option<Status> {
+                let &(s, len) = starts.get(idx).filter(|(_, len)| *len > 0)?;
+                let run = nominated.get(s as usize..(s + len) as usize)?;
+                Some(match copies.as_deref_mut() {
+                    Some(copies) => self.run_filter_with_copy(state, pod, idx, node, run, copies),
+                    None => self.run_filter_with_run(state, pod, node, run, extensions),
+                })
+            };
             // Rejected nodes are only remembered by index; their statuses are
             // worked out again (filters are pure within a cycle) only when
             // the per-node map is needed (no node fits, or an extender adds
@@ -604,14 +705,14 @@ impl Framework {
                         // A node must pass with and without its nominated
                         // pods: the plain run (no copies) settles most
                         // rejections.
-                        Ok(true) if !nominated.is_empty() => {
-                            let s = self.run_filter_with_nominated(state, pod, node, nominated);
-                            match s.code {
+                        Ok(true) if !nominated.is_empty() => match with_nominated(idx, node) {
+                            None => Ok(true),
+                            Some(s) => match s.code {
                                 Code::Success => Ok(true),
                                 Code::Error => Err(s),
                                 _ => Ok(false),
-                            }
-                        }
+                            },
+                        },
                         r => r,
                     }
                 };
@@ -632,16 +733,15 @@ impl Framework {
                 statuses.reserve(failed.len());
                 for idx in failed {
                     let node = &nodes[idx as usize];
-                    let s = if nominated.is_empty() {
-                        match run_filters(&active, state, pod, node) {
+                    let s = match with_nominated(idx as usize, node) {
+                        Some(s) => s,
+                        None => match run_filters(&active, state, pod, node) {
                             Ok(()) => continue,
                             Err((f, s)) => match active.get(f) {
                                 Some((name, _)) => s.with_plugin_id(name),
                                 None => s,
                             },
-                        }
-                    } else {
-                        self.run_filter_with_nominated(state, pod, node, nominated)
+                        },
                     };
                     statuses.insert(node.id.clone(), s);
                 }
@@ -971,6 +1071,130 @@ pub fn nominated_on<'n>(
         .take_while(move |(n, _)| **n == *node)
         .filter(move |(_, p)| p.uid != pod.uid && p.priority >= pod.priority)
         .map(|(_, p)| p)
+}
+
+/// Copies of nodes with the pods nominated to them added (what
+/// kube-scheduler's `addGENominatedPods` builds for every such node on
+/// every Filter call), kept between cycles: while many pods wait for
+/// preemption victims to go, the same nodes carry the same nominated pods
+/// cycle after cycle, and copying a node (a reference count per pod on it)
+/// was most of a failed cycle's filter pass.
+///
+/// A copy is reused only if it was made from exactly what the node and the
+/// nominations are now, compared by identity: the same node object, the
+/// same pods in the same order and the same topology ids (everything in a
+/// [`NodeInfo`] is derived from those), plus the same nominated pods added
+/// in the same order. The copy holds all of them, so no address compared
+/// can have been reused by another object. The incoming pod is not part of
+/// a copy (only which nominated pods count for it, which is compared), and
+/// copies are used only when no PreFilter extension would change the
+/// cycle state per added pod.
+#[derive(Default)]
+struct NominatedCopies {
+    /// By the node's position in the snapshot (a node that moved or was
+    /// replaced fails the identity check and is copied again).
+    entries: Vec<Option<Box<NominatedCopy>>>,
+    /// Scratch: positions of the nominated pods that count.
+    counted: Vec<usize>,
+}
+
+struct NominatedCopy {
+    /// The node with the nominated pods added after its own.
+    info: NodeInfo,
+    /// How many of `info.pods` are the node's own.
+    own: usize,
+}
+
+impl NominatedCopies {
+    /// `node` (at position `idx` in the snapshot) with the pods
+    /// `run[counted]` added: the kept copy if it was made from the same node
+    /// and pods, else a new one (kept in its place).
+    fn get(
+        &mut self,
+        idx: usize,
+        node: &NodeInfo,
+        run: &[(Arc<str>, Arc<PodInfo>)],
+        counted: &[usize],
+    ) -> &NodeInfo {
+        if self.entries.len() <= idx {
+            self.entries.resize_with(idx + 1, || None);
+        }
+        let entry = self.entries[idx].get_or_insert_with(|| {
+            Box::new(NominatedCopy {
+                info: NodeInfo::default(),
+                own: usize::MAX,
+            })
+        });
+        let extra = counted.iter().filter_map(|&i| run.get(i).map(|(_, p)| p));
+        let same = entry.own == node.pods.len()
+            && same_arc(&entry.info.node, &node.node)
+            && entry.info.topology_ids == node.topology_ids
+            && entry.info.pods.len() == node.pods.len() + counted.len()
+            && {
+                let (own, added) = entry.info.pods.split_at(node.pods.len());
+                own.iter().zip(&node.pods).all(|(a, b)| Arc::ptr_eq(a, b))
+                    && added
+                        .iter()
+                        .zip(extra.clone())
+                        .all(|(a, b)| Arc::ptr_eq(a, b))
+            };
+        if !same {
+            entry.info.clone_from(node);
+            for p in extra {
+                entry.info.add_pod(p.clone());
+            }
+            entry.own = node.pods.len();
+        }
+        &entry.info
+    }
+}
+
+fn same_arc<T>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// Where each of the snapshot's nodes has its entries in `nominated`
+/// (sorted by node name): (first, count), count 0 for none; empty when
+/// nothing is nominated. One map lookup per nominated node.
+fn nominated_starts(
+    snapshot: &Snapshot,
+    nominated: &[(Arc<str>, Arc<PodInfo>)],
+) -> Vec<(u32, u32)> {
+    if nominated.is_empty() {
+        return Vec::new();
+    }
+    let mut starts = vec![(0, 0); snapshot.nodes().len()];
+    let mut i = 0;
+    while i < nominated.len() {
+        let len = nominated_run(nominated, i).len().max(1);
+        if let Some(idx) = snapshot.index_of(&nominated[i].0)
+            && let Some(slot) = starts.get_mut(idx)
+        {
+            *slot = (i as u32, len as u32);
+        }
+        i += len;
+    }
+    starts
+}
+
+/// The entries of `nominated` for the node of entry `start` (all of them:
+/// the list is sorted by node name).
+fn nominated_run(
+    nominated: &[(Arc<str>, Arc<PodInfo>)],
+    start: usize,
+) -> &[(Arc<str>, Arc<PodInfo>)] {
+    let Some(rest) = nominated.get(start..) else {
+        return &[];
+    };
+    let Some((first, _)) = rest.first() else {
+        return &[];
+    };
+    let len = rest.iter().take_while(|(n, _)| **n == **first).count();
+    &rest[..len]
 }
 
 thread_local! {

@@ -38,7 +38,7 @@ impl Clone for Topology {
 #[derive(Debug, Default, Clone)]
 pub struct Snapshot {
     nodes: Vec<NodeInfo>,
-    index: HashMap<String, usize>,
+    index: HashMap<String, usize, FastBuild>,
     image_nodes: HashMap<String, usize>,
     /// Pods on nodes not (yet) known, by node name.
     orphans: HashMap<String, Vec<Arc<PodInfo>>>,
@@ -113,6 +113,11 @@ impl Snapshot {
     /// A node by name.
     pub fn get(&self, name: &str) -> Option<&NodeInfo> {
         self.index.get(name).map(|i| &self.nodes[*i])
+    }
+
+    /// A node's position in [`nodes`](Self::nodes), by name.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
     }
 
     /// How many nodes hold an image (normalized name).
@@ -284,7 +289,9 @@ impl Snapshot {
     pub fn remove_pod(&mut self, node: &str, uid: &str) {
         match self.index.get(node) {
             Some(&i) => {
-                if let Some(p) = self.nodes[i].remove_pod(uid) {
+                let removed = self.nodes[i].remove_pod(uid);
+                self.nodes[i].refresh_lowest_priority();
+                if let Some(p) = removed {
                     self.count(&p, -1);
                     self.topology.get_mut().pod_delta(&self.nodes[i], &p, -1);
                     self.terms.pod_delta(&self.nodes[i], &p, -1);

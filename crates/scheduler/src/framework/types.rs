@@ -761,6 +761,25 @@ pub struct NodeInfo {
     /// holds the node, with that snapshot's id; `None` outside a snapshot.
     /// Lets a per-node Filter find the node's domain without string lookups.
     pub topology_ids: Option<(u64, [u32; 3])>,
+    /// The lowest priority among `pods` with the latest start among the
+    /// pods of that priority, kept as pods are added; stale once a pod was
+    /// removed (worked out again by [`NodeInfo::lowest_priority`]).
+    lowest: Lowest,
+}
+
+/// [`NodeInfo::lowest_priority`] as kept.
+#[derive(Debug, Clone, Copy)]
+enum Lowest {
+    /// Known: `None` for no pods.
+    Known(Option<(i32, i64)>),
+    /// A pod was removed since it was worked out.
+    Stale,
+}
+
+impl Default for Lowest {
+    fn default() -> Self {
+        Lowest::Known(None)
+    }
 }
 
 /// Topology keys whose values the snapshot interns per node:
@@ -806,6 +825,7 @@ impl Clone for NodeInfo {
             unschedulable,
             generation,
             topology_ids,
+            lowest,
         } = source;
         self.name.clone_from(name);
         self.id.clone_from(id);
@@ -824,6 +844,7 @@ impl Clone for NodeInfo {
         self.unschedulable = *unschedulable;
         self.generation = *generation;
         self.topology_ids = *topology_ids;
+        self.lowest = *lowest;
     }
 }
 
@@ -890,8 +911,34 @@ impl NodeInfo {
                 }
             }
         }
+        if let Lowest::Known(lowest) = &mut self.lowest {
+            *lowest = Some(match *lowest {
+                Some((prio, start)) if prio < pod.priority => (prio, start),
+                Some((prio, start)) if prio == pod.priority => (prio, start.max(pod.start_time)),
+                _ => (pod.priority, pod.start_time),
+            });
+        }
         self.pods.push(pod);
         self.generation += 1;
+    }
+
+    /// The lowest priority among the node's pods and the latest start
+    /// among the pods with that priority (`None`: no pods). Kept as pods
+    /// are added; after a removal, worked out from the pods (the snapshot
+    /// does that once per removal, see [`NodeInfo::refresh_lowest_priority`]).
+    pub fn lowest_priority(&self) -> Option<(i32, i64)> {
+        match self.lowest {
+            Lowest::Known(l) => l,
+            Lowest::Stale => lowest_of(&self.pods),
+        }
+    }
+
+    /// Work out [`lowest_priority`](Self::lowest_priority) again after
+    /// removals, so reading it is a field read.
+    pub fn refresh_lowest_priority(&mut self) {
+        if matches!(self.lowest, Lowest::Stale) {
+            self.lowest = Lowest::Known(lowest_of(&self.pods));
+        }
     }
 
     /// Remove a pod by UID; returns it if it was there.
@@ -907,7 +954,9 @@ impl NodeInfo {
         Some(self.remove_pod_at(last))
     }
 
-    fn remove_pod_at(&mut self, i: usize) -> Arc<PodInfo> {
+    /// Remove the pod at position `i` of `pods` (the last pod takes its
+    /// place). Panics if `i` is out of range.
+    pub(crate) fn remove_pod_at(&mut self, i: usize) -> Arc<PodInfo> {
         let pod = self.pods.swap_remove(i);
         self.requested.sub(&pod.requests);
         self.non_zero_cpu -= pod.non_zero_cpu;
@@ -931,7 +980,22 @@ impl NodeInfo {
                 self.controllers.remove(uid);
             }
         }
+        self.lowest = Lowest::Stale;
         self.generation += 1;
         pod
     }
+}
+
+/// The lowest priority among `pods` with the latest start among those
+/// pods (`None`: no pods).
+fn lowest_of(pods: &[Arc<PodInfo>]) -> Option<(i32, i64)> {
+    let mut best: Option<(i32, i64)> = None;
+    for p in pods {
+        best = Some(match best {
+            Some((prio, start)) if prio < p.priority => (prio, start),
+            Some((prio, start)) if prio == p.priority => (prio, start.max(p.start_time)),
+            _ => (p.priority, p.start_time),
+        });
+    }
+    best
 }

@@ -112,29 +112,33 @@ fn more_important(a: &PodInfo, b: &PodInfo) -> std::cmp::Ordering {
 }
 
 impl DefaultPreemption {
-    fn violates_pdb(&self, victims: &[Arc<PodInfo>]) -> Vec<bool> {
+    /// Per victim, whether evicting it (after the ones before it) violates
+    /// a PodDisruptionBudget; `None` when no PDB exists (none does).
+    fn violates_pdb(&self, victims: &[Arc<PodInfo>]) -> Option<Vec<bool>> {
         let Ok(pdbs) = self.handle.pdbs.read() else {
-            return vec![false; victims.len()];
+            return None;
         };
         if pdbs.is_empty() {
-            return vec![false; victims.len()];
+            return None;
         }
         let mut allowed: Vec<i32> = pdbs.iter().map(|p| p.disruptions_allowed).collect();
-        victims
-            .iter()
-            .map(|v| {
-                let mut violating = false;
-                for (i, p) in pdbs.iter().enumerate() {
-                    if p.namespace == v.namespace && p.selector.matches(&v.labels) {
-                        allowed[i] -= 1;
-                        if allowed[i] < 0 {
-                            violating = true;
+        Some(
+            victims
+                .iter()
+                .map(|v| {
+                    let mut violating = false;
+                    for (i, p) in pdbs.iter().enumerate() {
+                        if p.namespace == v.namespace && p.selector.matches(&v.labels) {
+                            allowed[i] -= 1;
+                            if allowed[i] < 0 {
+                                violating = true;
+                            }
                         }
                     }
-                }
-                violating
-            })
-            .collect()
+                    violating
+                })
+                .collect(),
+        )
     }
 
     /// Try one node: remove every lower-priority pod; if the pod then fits,
@@ -153,50 +157,57 @@ impl DefaultPreemption {
         info: &mut NodeInfo,
     ) -> Option<Candidate> {
         let fw = ctx.framework;
-        let mut potential: Vec<Arc<PodInfo>> = node
-            .pods
-            .iter()
-            .filter(|p| p.priority < pod.priority)
-            .cloned()
-            .collect();
-        if potential.is_empty() {
+        if !node.pods.iter().any(|p| p.priority < pod.priority) {
             return None;
         }
         info.clone_from(node);
         let mut st = fw.has_active_extensions(state).then(|| state.clone());
         let extra: Vec<&Arc<PodInfo>> = nominated_on(pod, &node.name, ctx.nominated).collect();
-        for v in &potential {
-            info.remove_pod(&v.uid);
-            if let Some(st) = st.as_mut() {
-                fw.run_pre_filter_remove_pod(st, pod, v, info);
+        // Take every lower-priority pod out by position, last first (a
+        // removal moves the last pod into the hole, so positions before it
+        // stay valid and still hold the node's own pods): no search by UID
+        // per victim, and the removed pods are the potential victims.
+        let mut potential: Vec<Arc<PodInfo>> = Vec::new();
+        for i in (0..info.pods.len()).rev() {
+            if info.pods[i].priority < pod.priority {
+                let v = info.remove_pod_at(i);
+                if let Some(st) = st.as_mut() {
+                    fw.run_pre_filter_remove_pod(st, pod, &v, info);
+                }
+                potential.push(v);
             }
         }
         if !fits(fw, &mut st, state, pod, info, &extra) {
             return None;
         }
+        // The node's order (the sort below is stable: equal pods are tried
+        // in the order they are on the node).
+        potential.reverse();
         potential.sort_by(|a, b| more_important(a, b));
+        // PDB-violating pods are tried first; without PDBs there is one group.
         let violating = self.violates_pdb(&potential);
-        let (viol, non_viol): (Vec<_>, Vec<_>) =
-            potential.into_iter().zip(violating).partition(|(_, v)| *v);
         let mut victims = Vec::new();
         let mut pdb_violations = 0;
-        for (group, is_violating) in [(viol, true), (non_viol, false)] {
-            for (p, _) in group {
+        for is_violating in [true, false] {
+            for (i, p) in potential.iter().enumerate() {
+                if violating.as_ref().is_some_and(|v| v[i]) != is_violating {
+                    continue;
+                }
                 info.add_pod(p.clone());
                 if let Some(st) = st.as_mut() {
-                    fw.run_pre_filter_add_pod(st, pod, &p, info);
+                    fw.run_pre_filter_add_pod(st, pod, p, info);
                 }
                 if fits(fw, &mut st, state, pod, info, &extra) {
                     continue; // reprieved
                 }
                 info.pop_pod();
                 if let Some(st) = st.as_mut() {
-                    fw.run_pre_filter_remove_pod(st, pod, &p, info);
+                    fw.run_pre_filter_remove_pod(st, pod, p, info);
                 }
                 if is_violating {
                     pdb_violations += 1;
                 }
-                victims.push(p);
+                victims.push(p.clone());
             }
         }
         if victims.is_empty() {
@@ -262,20 +273,20 @@ fn fits(
 /// key cannot be beaten by a later one (ties go to the first found), so the
 /// search may stop there: the node and victims chosen are the same as
 /// after a dry run on every candidate node.
+///
+/// Read from each node's kept [`NodeInfo::lowest_priority`] (no walk over
+/// every pod): the lowest priority overall is the lowest below `pod`'s
+/// whenever any pod is below it.
 fn best_possible(pod: &PodInfo, nodes: &[&NodeInfo]) -> Option<(i32, i64)> {
     let mut best: Option<(i32, i64)> = None;
-    for p in nodes.iter().flat_map(|n| &n.pods) {
-        if p.priority >= pod.priority {
-            continue;
-        }
+    for (prio, start) in nodes.iter().filter_map(|n| n.lowest_priority()) {
         best = Some(match best {
-            None => (p.priority, p.start_time),
-            Some((prio, _)) if p.priority < prio => (p.priority, p.start_time),
-            Some((prio, start)) if p.priority == prio => (prio, start.max(p.start_time)),
-            Some(b) => b,
+            Some((b, s)) if b < prio => (b, s),
+            Some((b, s)) if b == prio => (b, s.max(start)),
+            _ => (prio, start),
         });
     }
-    best
+    best.filter(|(prio, _)| *prio < pod.priority)
 }
 
 /// Whether `c` has the key [`best_possible`] computed.
@@ -305,8 +316,8 @@ impl DefaultPreemption {
         let mut not_helpful = NodeToStatus::default();
         // Most cycles have no unresolvable node: then no per-node lookup.
         let any_unresolvable = statuses
-            .values()
-            .any(|s| s.code == Code::UnschedulableAndUnresolvable);
+            .distinct()
+            .any(|(s, _)| s.code == Code::UnschedulableAndUnresolvable);
         let potential: Vec<&NodeInfo> = nodes
             .iter()
             .filter(|node| {
@@ -555,7 +566,9 @@ mod tests {
                 continue;
             }
             victims_pool.sort_by(|a, b| more_important(a, b));
-            let violating = plugin.violates_pdb(&victims_pool);
+            let violating = plugin
+                .violates_pdb(&victims_pool)
+                .unwrap_or_else(|| vec![false; victims_pool.len()]);
             let (viol, non_viol): (Vec<_>, Vec<_>) = victims_pool
                 .into_iter()
                 .zip(violating)
@@ -676,6 +689,31 @@ mod tests {
                     c.handle_input(Input::PodApply(Arc::new(p)));
                 }
             }
+            // Delete a few pods: nodes then work out their lowest
+            // priority again (the early stop's bound reads it).
+            for i in 0..nodes {
+                if rng.next(3) == 0 {
+                    let victim = pod(&format!("p{i}-0"), 100, 0, 0, "a", json!({}));
+                    c.handle_input(Input::PodDelete(Arc::new(victim)));
+                }
+            }
+            for n in c.cache().snapshot().nodes() {
+                let scanned = n.pods.iter().map(|p| p.priority).min().map(|lo| {
+                    let start = n
+                        .pods
+                        .iter()
+                        .filter(|p| p.priority == lo)
+                        .map(|p| p.start_time)
+                        .max();
+                    (lo, start.unwrap_or_default())
+                });
+                assert_eq!(
+                    n.lowest_priority(),
+                    scanned,
+                    "round {round}: node {}",
+                    n.name
+                );
+            }
             if rng.next(2) == 0 {
                 let fw = c.profile("default-scheduler").unwrap();
                 *fw.handle().pdbs.write().unwrap() = vec![PdbInfo {
@@ -733,6 +771,238 @@ mod tests {
             }
         }
         assert!(found > 50, "only {found} of 150 rounds found a candidate");
+    }
+
+    /// The failed filter pass records, for every node, what kube-scheduler's
+    /// per-node `RunFilterPluginsWithNominatedPods` returns (nominated pods
+    /// found through the per-cycle index, equal statuses shared), and the
+    /// `FailedScheduling` histogram counts them node by node.
+    #[test]
+    fn failed_pass_statuses_match_per_node_filtering() {
+        use crate::framework::runtime::histogram_message;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut nominated_nodes = 0;
+        for round in 0..120 {
+            let mut c = core(&rt);
+            let nodes = 3 + rng.next(30);
+            for i in 0..nodes {
+                c.handle_input(node(&format!("n{i}"), rng.next(3)));
+            }
+            for i in 0..nodes {
+                for j in 0..rng.next(5) {
+                    let mut extra = json!({"nodeName": format!("n{i}")});
+                    if rng.next(4) == 0 {
+                        extra["containers"] = json!([{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
+                            "resources": {"requests": {"cpu": "500m"}}}]);
+                    }
+                    let p = pod(
+                        &format!("p{i}-{j}"),
+                        300 + 200 * rng.next(5),
+                        0,
+                        0,
+                        "a",
+                        extra,
+                    );
+                    c.handle_input(Input::PodApply(Arc::new(p)));
+                }
+            }
+            // Nominated pods of several priorities, some with the host port.
+            let mut nominated: Vec<(Arc<str>, Arc<PodInfo>)> = (0..rng.next(2 * nodes))
+                .map(|k| {
+                    let extra = if rng.next(3) == 0 {
+                        json!({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
+                            "resources": {"requests": {"cpu": "100m"}}}]})
+                    } else {
+                        json!({})
+                    };
+                    let p = pod(&format!("nom{k}"), 500 * rng.next(5), [50, 100, 150][rng.next(3) as usize], 0, "x", extra);
+                    (
+                        Arc::from(format!("n{}", rng.next(nodes + 2))), // some not in the cluster
+                        Arc::new(PodInfo::new(Arc::new(p))),
+                    )
+                })
+                .collect();
+            nominated.sort_by(|a, b| a.0.cmp(&b.0));
+            // Several cycles on the same scheduler: copies of nodes with
+            // their nominated pods are kept between cycles and must follow
+            // every change of the node's pods and of the nominations.
+            for step in 0..4 {
+                let extra = if rng.next(2) == 0 {
+                    json!({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
+                        "resources": {"requests": {"cpu": format!("{}m", 1000 + 500 * rng.next(6))}}}]})
+                } else {
+                    json!({})
+                };
+                let incoming = pod(
+                    "hi",
+                    1000 + 500 * rng.next(6),
+                    [100, 150][rng.next(2) as usize],
+                    0,
+                    "a",
+                    extra,
+                );
+                let fw: &Framework = c.profile("default-scheduler").unwrap();
+                let snapshot = c.cache().snapshot();
+                let pi = PodInfo::new(Arc::new(incoming));
+                let mut state = CycleState::default();
+                fw.run_pre_filter(&mut state, &pi, snapshot).unwrap();
+                let (feasible, statuses) = fw
+                    .find_nodes_that_fit(&state, &pi, snapshot, None, &nominated)
+                    .unwrap();
+                let mut reference = NodeToStatus::default();
+                let mut fits = Vec::new();
+                for n in snapshot.nodes() {
+                    if nominated_on(&pi, &n.name, &nominated).next().is_some() {
+                        nominated_nodes += 1;
+                    }
+                    let s = fw.run_filter_with_nominated(&state, &pi, n, &nominated);
+                    if s.is_success() {
+                        fits.push(n.name.clone());
+                    } else {
+                        reference.insert(n.id.clone(), s);
+                    }
+                }
+                let mut got: Vec<String> = feasible.iter().map(|n| n.name.clone()).collect();
+                got.sort();
+                fits.sort();
+                assert_eq!(got, fits, "round {round} step {step}: feasible nodes");
+                if feasible.is_empty() {
+                    assert_eq!(statuses.len(), reference.len(), "round {round}");
+                    for (name, s) in reference.iter() {
+                        assert_eq!(
+                            statuses.get(name),
+                            Some(s),
+                            "round {round} step {step}: node {name}"
+                        );
+                    }
+                    let counted: usize = statuses.distinct().map(|(_, c)| c).sum();
+                    assert_eq!(counted, statuses.len(), "round {round}");
+                    // The histogram, counted node by node.
+                    let mut by_reason: std::collections::BTreeMap<String, usize> =
+                        Default::default();
+                    for (_, s) in reference.iter() {
+                        for r in &s.reasons {
+                            *by_reason.entry(r.to_string()).or_default() += 1;
+                        }
+                    }
+                    let mut parts: Vec<String> =
+                        by_reason.iter().map(|(r, c)| format!("{c} {r}")).collect();
+                    parts.sort();
+                    assert_eq!(
+                        histogram_message(snapshot.nodes().len(), &statuses),
+                        format!(
+                            "0/{} nodes are available: {}.",
+                            snapshot.nodes().len(),
+                            parts.join(", ")
+                        ),
+                        "round {round} step {step}"
+                    );
+                }
+                drop(feasible);
+                match rng.next(4) {
+                    0 => {} // nothing changed: the kept copies are used as they are
+                    1 => {
+                        let i = rng.next(nodes);
+                        let p = pod(
+                            &format!("q{step}"),
+                            100 + 300 * rng.next(4),
+                            0,
+                            0,
+                            "a",
+                            json!({"nodeName": format!("n{i}")}),
+                        );
+                        c.handle_input(Input::PodApply(Arc::new(p)));
+                    }
+                    2 => {
+                        let victim = pod(
+                            &format!("p{}-0", rng.next(nodes)),
+                            100,
+                            0,
+                            0,
+                            "a",
+                            json!({}),
+                        );
+                        c.handle_input(Input::PodDelete(Arc::new(victim)));
+                    }
+                    _ => {
+                        if !nominated.is_empty() {
+                            let k = rng.next(nominated.len() as u64) as usize;
+                            nominated.remove(k);
+                        }
+                        let p = pod(
+                            &format!("nomx{step}"),
+                            500 * rng.next(3),
+                            150,
+                            0,
+                            "x",
+                            json!({}),
+                        );
+                        nominated.push((
+                            Arc::from(format!("n{}", rng.next(nodes))),
+                            Arc::new(PodInfo::new(Arc::new(p))),
+                        ));
+                        nominated.sort_by(|a, b| a.0.cmp(&b.0));
+                    }
+                }
+            }
+        }
+        assert!(
+            nominated_nodes > 200,
+            "only {nominated_nodes} nodes had nominated pods"
+        );
+    }
+
+    #[test]
+    fn node_to_status_shares_equal_statuses() {
+        let mut m = NodeToStatus::default();
+        for i in 0..4 {
+            m.insert(
+                Arc::from(format!("a{i}")),
+                Status::unschedulable("Insufficient cpu"),
+            );
+        }
+        m.insert(
+            Arc::from("b"),
+            Status::unresolvable("node(s) didn't match Pod's node affinity/selector"),
+        );
+        // a record replaced moves the node to its new status
+        m.insert(
+            Arc::from("a0"),
+            Status::unresolvable("node(s) didn't match Pod's node affinity/selector"),
+        );
+        assert_eq!(m.len(), 5);
+        let mut d: Vec<(String, usize)> = m.distinct().map(|(s, c)| (s.message(), c)).collect();
+        d.sort();
+        assert_eq!(
+            d,
+            vec![
+                ("Insufficient cpu".to_string(), 3),
+                (
+                    "node(s) didn't match Pod's node affinity/selector".to_string(),
+                    2
+                )
+            ]
+        );
+        assert_eq!(
+            m.get("a0").unwrap().code,
+            Code::UnschedulableAndUnresolvable
+        );
+        assert_eq!(m.get("a1").unwrap().message(), "Insufficient cpu");
+        assert!(m.get("c").is_none());
+        // statuses with distinct text beyond the scanned table still count
+        for i in 0..100 {
+            m.insert(
+                Arc::from(format!("x{i}")),
+                Status::unschedulable(format!("reason {}", i % 40)),
+            );
+        }
+        assert_eq!(m.len(), 105);
+        assert_eq!(m.distinct().map(|(_, c)| c).sum::<usize>(), 105);
+        assert_eq!(m.iter().count(), 105);
     }
 
     #[test]

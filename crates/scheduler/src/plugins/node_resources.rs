@@ -306,7 +306,12 @@ impl FilterPlugin for NodeResourcesFit {
     }
 
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let reasons = insufficient(pod, node, &|n| self.is_ignored(n));
+        // Built in place: one reason (the usual case) allocates nothing.
+        let mut reasons = crate::framework::Reasons::new();
+        shortfalls(pod, node, &|n| self.is_ignored(n), |r| {
+            reasons.push(r);
+            ControlFlow::Continue(())
+        });
         if reasons.is_empty() {
             Status::success()
         } else {
