@@ -40,7 +40,7 @@ pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
     let all = ctx.clone();
     mgr.controller::<DaemonSet, _>("daemonset", super::Shared(ctx.clone()))
         .watches::<Pod, _>(move |pod| {
-            idx.pod_index.observe(pod);
+            idx.pod_index.observe(&idx.pods, pod);
             let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
             controller_of(&pod.metadata)
                 .filter(|r| r.kind == "DaemonSet" && r.api_version == "apps/v1")

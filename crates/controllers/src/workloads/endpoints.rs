@@ -37,7 +37,7 @@ pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
     mgr.controller::<Service, _>("endpointslice", super::Shared(ctx.clone()))
         .owns::<EndpointSlice>()
         .watches::<Pod, _>(move |pod| {
-            idx.pod_index.observe(pod);
+            idx.pod_index.observe(&idx.pods, pod);
             services_for(&services, pod)
         })
         .max_concurrent_reconciles(ctx.opts.concurrency)

@@ -37,7 +37,7 @@ pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
     let idx = ctx.clone();
     mgr.controller::<Job, _>("job", super::Shared(ctx.clone()))
         .watches::<Pod, _>(move |pod| {
-            idx.pod_index.observe(pod);
+            idx.pod_index.observe(&idx.pods, pod);
             let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
             controller_of(&pod.metadata)
                 .filter(|r| r.kind == "Job" && r.api_version == "batch/v1")

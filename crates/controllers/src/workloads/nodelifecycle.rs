@@ -131,7 +131,7 @@ pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
     })
     .watches::<Pod, _>(move |pod| {
         // Keep the pod index fed; pod changes need no node sync.
-        idx.pod_index.observe(pod);
+        idx.pod_index.observe(&idx.pods, pod);
         None::<ObjectRef<Node>>
     })
     .max_concurrent_reconciles(ctx.opts.concurrency)

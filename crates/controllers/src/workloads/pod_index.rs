@@ -2,9 +2,10 @@
 //! namespace, pods by node and by namespace, so "my pods" is O(my pods)
 //! instead of O(all pods).
 //!
-//! Entries are added as pods are seen (the controllers' watch mappers call
-//! [`PodIndex::observe`]) and checked against the cache when read, so stale
-//! ones fall out; the first read seeds the index from the cache.
+//! Entries are kept as pods are seen (the controllers' watch mappers call
+//! [`PodIndex::observe`] for every change and deletion, after the cache has
+//! applied it); the first read seeds the index from the cache, and pods the
+//! cache lost without the index seeing it are swept out every 30 s.
 //!
 //! The index also keeps a *slim* copy of each pod — its metadata, node
 //! name, phase, Ready condition and container restart counts — for the
@@ -14,7 +15,7 @@
 //! 1,000-pod ReplicaSet was ~30 ms of decoding; the slim copies are built
 //! once per pod change, from the object the watch already decoded.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +28,7 @@ use kubeforge_runtime::Cache;
 
 use super::util::{controller_of, lock};
 
-/// How often slim copies of pods gone from the cache are swept out.
+/// How often pods gone from the cache unseen are swept out.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
 /// See the module documentation.
@@ -39,10 +40,10 @@ pub(crate) struct PodIndex {
 
 #[derive(Default)]
 struct Inner {
-    /// Index key → the cache keys of the pods under it (cache keys, so a
-    /// read looks pods up without building one).
-    keys: HashMap<String, HashSet<ObjectRef<Pod>>>,
-    /// Cache key → the pod's slim copy.
+    /// Index key → the pods under it, by cache key, with their slim
+    /// copies. Kept exact as pods change, move or go.
+    keys: HashMap<String, HashMap<ObjectRef<Pod>, Arc<Pod>>>,
+    /// Cache key → the pod's latest slim copy.
     slim: HashMap<ObjectRef<Pod>, Arc<Pod>>,
     last_sweep: Option<Instant>,
 }
@@ -115,6 +116,21 @@ fn newer(a: &ObjectMeta, b: &ObjectMeta) -> bool {
     }
 }
 
+/// The index keys a pod is filed under.
+fn keys_of(pod: &Pod) -> Vec<String> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let mut keys = Vec::with_capacity(3);
+    keys.push(match controller_of(&pod.metadata) {
+        Some(r) => owner_key(&r.uid),
+        None => orphan_key(ns),
+    });
+    if let Some(n) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+        keys.push(node_key(n));
+    }
+    keys.push(ns_key(ns));
+    keys
+}
+
 impl Inner {
     fn add(&mut self, pod: &Pod) {
         let id = id_of(pod);
@@ -127,44 +143,73 @@ impl Inner {
         {
             return;
         }
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        match controller_of(&pod.metadata) {
-            Some(r) => {
-                self.keys
-                    .entry(owner_key(&r.uid))
-                    .or_default()
-                    .insert(id.clone());
-            }
-            None => {
-                self.keys
-                    .entry(orphan_key(&ns))
-                    .or_default()
-                    .insert(id.clone());
+        let copy = Arc::new(slim(pod));
+        let new_keys = keys_of(&copy);
+        if let Some(old) = self.slim.insert(id.clone(), copy.clone()) {
+            for k in keys_of(&old) {
+                if !new_keys.contains(&k) {
+                    self.unfile(&k, &id);
+                }
             }
         }
-        if let Some(n) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-            self.keys.entry(node_key(n)).or_default().insert(id.clone());
+        for k in new_keys {
+            self.keys
+                .entry(k)
+                .or_default()
+                .insert(id.clone(), copy.clone());
         }
-        self.keys.entry(ns_key(&ns)).or_default().insert(id.clone());
-        self.slim.insert(id, Arc::new(slim(pod)));
     }
 
-    /// Drop slim copies of pods the cache no longer has (their index
-    /// entries fall out when next read).
+    fn unfile(&mut self, key: &str, id: &ObjectRef<Pod>) {
+        if let Some(set) = self.keys.get_mut(key) {
+            set.remove(id);
+            if set.is_empty() {
+                self.keys.remove(key);
+            }
+        }
+    }
+
+    /// The pod left the cache: take it out of the index.
+    fn remove(&mut self, id: &ObjectRef<Pod>) {
+        if let Some(old) = self.slim.remove(id) {
+            for k in keys_of(&old) {
+                self.unfile(&k, id);
+            }
+        }
+    }
+
+    /// Take out pods the cache no longer has whose deletion the index
+    /// missed (a safety net: deletions are seen by `observe`).
     fn sweep(&mut self, pods: &Cache<Pod>) {
         let now = Instant::now();
         if self.last_sweep.is_some_and(|t| now - t < SWEEP_EVERY) {
             return;
         }
         self.last_sweep = Some(now);
-        self.slim.retain(|r, _| pods.contains(r));
+        let gone: Vec<ObjectRef<Pod>> = self
+            .slim
+            .keys()
+            .filter(|r| !pods.contains(r))
+            .cloned()
+            .collect();
+        for r in &gone {
+            self.remove(r);
+        }
     }
 }
 
 impl PodIndex {
-    /// Record `pod` under its keys and keep its slim copy.
-    pub(crate) fn observe(&self, pod: &Pod) {
-        lock(&self.inner).add(pod);
+    /// Record `pod` (as a watch event reports it; `pods` is the cache the
+    /// event was applied to) under its keys and keep its slim copy; a pod
+    /// the cache no longer has is taken out.
+    pub(crate) fn observe(&self, pods: &Cache<Pod>, pod: &Pod) {
+        let mut inner = lock(&self.inner);
+        let id = id_of(pod);
+        if pods.contains(&id) {
+            inner.add(pod);
+        } else {
+            inner.remove(&id);
+        }
     }
 
     fn seed(&self, pods: &Cache<Pod>) {
@@ -177,8 +222,8 @@ impl PodIndex {
         }
     }
 
-    /// The entries under `key` that the cache still has and `keep` accepts,
-    /// as full pods from the cache (`slim == false`) or slim copies.
+    /// The pods under `key` that `keep` accepts, as full pods from the
+    /// cache (`slim_copies == false`) or as slim copies.
     fn read(
         &self,
         pods: &Cache<Pod>,
@@ -187,42 +232,20 @@ impl PodIndex {
         keep: impl Fn(&Pod) -> bool,
     ) -> Vec<Arc<Pod>> {
         self.seed(pods);
-        let mut guard = lock(&self.inner);
-        let inner = &mut *guard;
+        let mut inner = lock(&self.inner);
         inner.sweep(pods);
-        let Some(set) = inner.keys.get_mut(key) else {
+        let Some(set) = inner.keys.get(key) else {
             return Vec::new();
         };
-        let mut out = Vec::new();
-        let slim_map = &mut inner.slim;
-        set.retain(|r| {
-            let pod = if slim_copies && pods.contains(r) {
-                match slim_map.get(r) {
-                    Some(p) => Some(p.clone()),
-                    // Not observed yet (or swept in a race): build it.
-                    None => pods.get(r).map(|p| {
-                        let s = Arc::new(slim(&p));
-                        slim_map.insert(r.clone(), s.clone());
-                        s
-                    }),
-                }
-            } else if slim_copies {
-                None
-            } else {
-                pods.get(r)
-            };
-            match pod {
-                Some(p) if keep(&p) => {
-                    out.push(p);
-                    true
-                }
-                _ => false,
-            }
-        });
-        if set.is_empty() {
-            inner.keys.remove(key);
+        if slim_copies {
+            return set.values().filter(|p| keep(p)).cloned().collect();
         }
-        out
+        let refs: Vec<ObjectRef<Pod>> = set.keys().cloned().collect();
+        drop(inner);
+        refs.iter()
+            .filter_map(|r| pods.get(r))
+            .filter(|p| keep(p))
+            .collect()
     }
 
     /// Pods whose controller has UID `uid`.
@@ -337,7 +360,17 @@ mod tests {
         again.metadata.uid = Some("u2".into());
         inner.add(&again);
         assert_eq!(phase(&inner), "Pending");
-        assert!(inner.keys[&owner_key("rs-uid")].contains(&key));
-        assert!(inner.keys[&node_key("node-1")].contains(&key));
+        assert!(inner.keys[&owner_key("rs-uid")].contains_key(&key));
+        assert!(inner.keys[&node_key("node-1")].contains_key(&key));
+        // Released by its ReplicaSet: filed as an orphan, not under the
+        // owner any more; gone from the cache: out of the index.
+        let mut released = pod("11", "Running");
+        released.metadata.uid = Some("u2".into());
+        released.metadata.owner_references = None;
+        inner.add(&released);
+        assert!(!inner.keys.contains_key(&owner_key("rs-uid")));
+        assert!(inner.keys[&orphan_key("ns")].contains_key(&key));
+        inner.remove(&key);
+        assert!(inner.keys.is_empty() && inner.slim.is_empty());
     }
 }

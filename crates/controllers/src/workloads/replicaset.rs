@@ -36,7 +36,7 @@ pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
     let mapper_ctx = ctx.clone();
     mgr.controller::<ReplicaSet, _>("replicaset", super::Shared(ctx.clone()))
         .watches::<Pod, _>(move |pod| {
-            mapper_ctx.pod_index.observe(pod);
+            mapper_ctx.pod_index.observe(&mapper_ctx.pods, pod);
             pod_owners(&rs_store, pod)
         })
         .max_concurrent_reconciles(ctx.opts.concurrency)

@@ -35,7 +35,7 @@ pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
     let idx = ctx.clone();
     mgr.controller::<StatefulSet, _>("statefulset", super::Shared(ctx.clone()))
         .watches::<Pod, _>(move |pod| {
-            idx.pod_index.observe(pod);
+            idx.pod_index.observe(&idx.pods, pod);
             let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
             controller_of(&pod.metadata)
                 .filter(|r| r.kind == "StatefulSet" && r.api_version == "apps/v1")
