@@ -11,7 +11,7 @@
 //! lazily by the receivers themselves).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
@@ -124,7 +124,11 @@ impl Hub {
     }
 
     /// Starts a watch of `prefix` after revision `after`.
-    pub(crate) fn watch(&self, prefix: &str, after: Revision) -> Result<Watcher, StoreError> {
+    pub(crate) fn watch(
+        self: &Arc<Self>,
+        prefix: &str,
+        after: Revision,
+    ) -> Result<Watcher, StoreError> {
         let hub = self.lock();
         if after < hub.compacted {
             return Err(StoreError::Compacted {
@@ -143,6 +147,7 @@ impl Hub {
             .cloned()
             .collect();
         Ok(Watcher {
+            hub: Arc::downgrade(self),
             prefix: prefix.into(),
             after,
             channel_revision: hub.last,
@@ -181,6 +186,9 @@ impl HubInner {
 /// Adapt it to a `futures::Stream` with e.g.
 /// `futures::stream::unfold(w, |mut w| async move { w.next().await.map(|e| (e, w)) })`.
 pub struct Watcher {
+    /// Where a watcher that fell behind the channel catches up from (weak:
+    /// a watcher must not keep the channel open once the store is gone).
+    hub: Weak<Hub>,
     prefix: Box<str>,
     /// Events at or below this revision are not wanted.
     after: Revision,
@@ -206,17 +214,18 @@ impl std::fmt::Debug for Watcher {
 }
 
 impl Watcher {
-    /// Next event; `Some(Err(Compacted))` if this watcher fell so far behind
-    /// that events it needs were dropped (the stream then ends: `None`
+    /// Next event; a watcher that falls behind the live channel catches up
+    /// from the history; `Some(Err(Compacted))` if it fell so far behind
+    /// that events it needs were dropped from the history too (the stream then ends: `None`
     /// afterwards). `None` when the store closes, after the events already
     /// published have been delivered.
     ///
     /// Cancel-safe: dropping the future loses no event.
     pub async fn next(&mut self) -> Option<Result<Arc<Event>, StoreError>> {
-        if let Some(event) = self.backlog.pop_front() {
-            return Some(Ok(event));
-        }
         loop {
+            if let Some(event) = self.backlog.pop_front() {
+                return Some(Ok(event));
+            }
             let rx = self.rx.as_mut()?;
             match rx.recv().await {
                 Ok(event) => {
@@ -234,6 +243,18 @@ impl Watcher {
                         continue;
                     }
                     let requested = self.after.max(self.channel_revision) + 1;
+                    // The channel dropped events this watch wants; the
+                    // history may still hold them (etcd lets a slow watcher
+                    // catch up from its history rather than cancel it).
+                    if let Some(hub) = self.hub.upgrade()
+                        && let Ok((last, events)) = hub.events_after(&self.prefix, requested - 1)
+                    {
+                        self.backlog.extend(events);
+                        // Channel events up to `last` are in the backlog now.
+                        self.after = self.after.max(last);
+                        self.channel_revision = self.channel_revision.max(last);
+                        continue;
+                    }
                     self.rx = None;
                     return Some(Err(StoreError::Compacted {
                         requested,

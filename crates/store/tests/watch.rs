@@ -328,6 +328,36 @@ async fn lagging_watcher_gets_compacted_then_ends() {
 }
 
 #[tokio::test]
+async fn lagging_watcher_catches_up_from_the_history() {
+    // The channel holds 65,536 events; the history 100,000: a watcher that
+    // falls behind the channel but not the history misses nothing.
+    let s = Store::memory_with_history(100_000);
+    let mut slow = s.watch("/", 0).unwrap();
+    let mut other = s.watch("/other/", 0).unwrap();
+    let n = 70_000u64;
+    s.create("/k", |r| val("/k", r)).await.unwrap();
+    for i in 1..n {
+        if i == 35_000 {
+            s.create("/other/x", |r| val("/other/x", r)).await.unwrap();
+        } else {
+            s.update("/k", None, |r| val("/k", r)).await.unwrap();
+        }
+    }
+    for want in 1..=n {
+        assert_eq!(next(&mut slow).await.kv.mod_revision, want);
+    }
+    assert_eq!(next(&mut other).await.kv.mod_revision, 35_001);
+    // Live events follow, once each.
+    s.update("/k", None, |r| val("/k", r)).await.unwrap();
+    assert_eq!(next(&mut slow).await.kv.mod_revision, n + 1);
+    s.update("/other/x", None, |r| val("/other/x", r))
+        .await
+        .unwrap();
+    assert_eq!(next(&mut other).await.kv.mod_revision, n + 2);
+    assert_eq!(next(&mut slow).await.kv.mod_revision, n + 2);
+}
+
+#[tokio::test]
 async fn watch_from_future_survives_lag_it_does_not_need() {
     let s = Store::memory_with_history(10);
     let mut w = s.watch("/", 70_000).unwrap();
