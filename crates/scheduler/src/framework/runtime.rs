@@ -132,7 +132,7 @@ impl FitError {
     }
 }
 
-/// "0/N nodes are available: <count> <reason>, …." with the reasons sorted.
+/// `"0/N nodes are available: <count> <reason>, …."` with the reasons sorted.
 pub fn histogram_message(n: usize, statuses: &NodeToStatus) -> String {
     let mut counts: HashMap<&str, usize, super::topology_counts::FastBuild> = HashMap::default();
     for (s, nodes) in statuses.distinct() {
@@ -498,29 +498,10 @@ impl Framework {
         node: &NodeInfo,
         nominated: &[(Arc<str>, Arc<PodInfo>)],
     ) -> Status {
-        let mut extra = nominated_on(pod, &node.name, nominated).peekable();
-        if extra.peek().is_some() {
-            // The node with its nominated pods, in a scratch copy that keeps
-            // its allocations from one call to the next; the cycle state is
-            // copied only when a PreFilter extension would change it.
-            let s = with_scratch(node, |with| {
-                let mut st = self.has_active_extensions(state).then(|| state.clone());
-                for p in extra {
-                    with.add_pod(p.clone());
-                    if let Some(st) = st.as_mut() {
-                        let s = self.run_pre_filter_add_pod(st, pod, p, with);
-                        if !s.is_success() {
-                            return s;
-                        }
-                    }
-                }
-                self.run_filter(st.as_ref().unwrap_or(state), pod, with)
-            });
-            if !s.is_success() {
-                return s;
-            }
-        }
-        self.run_filter(state, pod, node)
+        let extra = nominated_on(pod, &node.name, nominated);
+        self.run_filter_with_extra(state, pod, node, extra, || {
+            self.has_active_extensions(state)
+        })
     }
 
     /// [`run_filter_with_nominated`](Self::run_filter_with_nominated) with
@@ -535,14 +516,31 @@ impl Framework {
         run: &[(Arc<str>, Arc<PodInfo>)],
         extensions: bool,
     ) -> Status {
-        let mut extra = run
+        let extra = run
             .iter()
-            .filter(|(_, p)| p.priority >= pod.priority && p.uid != pod.uid)
-            .map(|(_, p)| p)
-            .peekable();
+            .filter(|(_, p)| nominated_counts(pod, p))
+            .map(|(_, p)| p);
+        self.run_filter_with_extra(state, pod, node, extra, || extensions)
+    }
+
+    /// Filter `node` with the nominated pods `extra` added, then as it is;
+    /// `extensions` (asked only when there is a pod to add) tells whether a
+    /// PreFilter extension would change the cycle state.
+    fn run_filter_with_extra<'p>(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        extra: impl Iterator<Item = &'p Arc<PodInfo>>,
+        extensions: impl FnOnce() -> bool,
+    ) -> Status {
+        let mut extra = extra.peekable();
         if extra.peek().is_some() {
+            // The node with its nominated pods, in a scratch copy that keeps
+            // its allocations from one call to the next; the cycle state is
+            // copied only when a PreFilter extension would change it.
             let s = with_scratch(node, |with| {
-                let mut st = extensions.then(|| state.clone());
+                let mut st = extensions().then(|| state.clone());
                 for p in extra {
                     with.add_pod(p.clone());
                     if let Some(st) = st.as_mut() {
@@ -580,7 +578,7 @@ impl Framework {
         counted.extend(
             run.iter()
                 .enumerate()
-                .filter(|(_, (_, p))| p.priority >= pod.priority && p.uid != pod.uid)
+                .filter(|(_, (_, p))| nominated_counts(pod, p))
                 .map(|(i, _)| i),
         );
         let s = if counted.is_empty() {
@@ -1069,8 +1067,15 @@ pub fn nominated_on<'n>(
     nominated[lo..]
         .iter()
         .take_while(move |(n, _)| **n == *node)
-        .filter(move |(_, p)| p.uid != pod.uid && p.priority >= pod.priority)
+        .filter(move |(_, p)| nominated_counts(pod, p))
         .map(|(_, p)| p)
+}
+
+/// Whether a pod nominated to a node counts when filtering `pod` there:
+/// another pod of at least its priority (kube-scheduler's
+/// `addGENominatedPods`).
+fn nominated_counts(pod: &PodInfo, nominated: &PodInfo) -> bool {
+    nominated.uid != pod.uid && nominated.priority >= pod.priority
 }
 
 /// Copies of nodes with the pods nominated to them added (what

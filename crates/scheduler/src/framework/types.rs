@@ -791,6 +791,12 @@ pub const WELL_KNOWN_TOPOLOGY_KEYS: [&str; 3] = [
     "topology.kubernetes.io/region",
 ];
 
+/// The index of `key` in [`WELL_KNOWN_TOPOLOGY_KEYS`] (the slot of
+/// [`NodeInfo::topology_ids`] holding its value), if it is one of them.
+pub fn well_known_key_index(key: &str) -> Option<usize> {
+    WELL_KNOWN_TOPOLOGY_KEYS.iter().position(|k| *k == key)
+}
+
 /// In [`NodeInfo::topology_ids`]: the node lacks the key.
 pub const NO_TOPOLOGY_VALUE: u32 = u32::MAX;
 

@@ -617,6 +617,14 @@ mod tests {
         })
     }
 
+    /// The runtime the test scheduler cores bind on.
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
     fn core(rt: &tokio::runtime::Runtime) -> SchedulerCore {
         SchedulerBuilder::without_client()
             .build_core(rt.handle().clone())
@@ -656,10 +664,7 @@ mod tests {
 
     #[test]
     fn shortcuts_choose_what_the_full_search_chooses() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let mut rng = Rng(0x2545_F491_4F6C_DD1D);
         let mut found = 0;
         for round in 0..150 {
@@ -780,10 +785,7 @@ mod tests {
     #[test]
     fn failed_pass_statuses_match_per_node_filtering() {
         use crate::framework::runtime::histogram_message;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         let mut nominated_nodes = 0;
         for round in 0..120 {
@@ -1009,10 +1011,7 @@ mod tests {
     fn the_newest_lowest_victim_wins_even_after_a_good_candidate() {
         // Three nodes each with one priority-0 pod; the one started last is
         // the victim kube-scheduler picks, wherever the search starts.
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let mut c = core(&rt);
         for (i, start) in [(0, 10), (1, 30), (2, 20)] {
             c.handle_input(node(&format!("n{i}"), 0));

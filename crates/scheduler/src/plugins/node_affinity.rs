@@ -11,7 +11,7 @@ use super::helper::{default_normalize_score, plugin};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, NodeInfo, NodeScore, PodInfo,
     PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Snapshot, Status,
-    types::{NO_TOPOLOGY_VALUE, NodeOp, NodeRequirement, NodeTerm, WELL_KNOWN_TOPOLOGY_KEYS},
+    types::{NO_TOPOLOGY_VALUE, NodeOp, NodeRequirement, NodeTerm, well_known_key_index},
 };
 
 const STATE_KEY: &str = "NodeAffinity";
@@ -27,7 +27,7 @@ struct FastRequirement {
 
 impl FastRequirement {
     fn compile(snapshot: &Snapshot, key: &str, op: NodeOp, values: &[String]) -> Option<Self> {
-        let key = WELL_KNOWN_TOPOLOGY_KEYS.iter().position(|k| *k == key)?;
+        let key = well_known_key_index(key)?;
         if !matches!(
             op,
             NodeOp::In | NodeOp::NotIn | NodeOp::Exists | NodeOp::DoesNotExist

@@ -22,7 +22,7 @@ use crate::framework::{
     NodeScore, PodInfo, PodMatcher, PreFilterExtensions, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Snapshot, Status,
     topology_counts::controller_uid,
-    types::{NO_TOPOLOGY_VALUE, WELL_KNOWN_TOPOLOGY_KEYS, tolerates},
+    types::{NO_TOPOLOGY_VALUE, tolerates, well_known_key_index},
 };
 
 const HOSTNAME: &str = "kubernetes.io/hostname";
@@ -189,7 +189,7 @@ fn domain_counts(
     counts
 }
 
-/// For a well-known topology key: its index in [`WELL_KNOWN_TOPOLOGY_KEYS`]
+/// For a well-known topology key: its index (see [`well_known_key_index`])
 /// and `counts` by the snapshot's interned value id, so per-node checks
 /// read a count without string lookups.
 fn counts_by_id(
@@ -197,7 +197,7 @@ fn counts_by_id(
     counts: &DomainCounts,
     snapshot: &Snapshot,
 ) -> Option<(usize, Vec<i64>)> {
-    let k = WELL_KNOWN_TOPOLOGY_KEYS.iter().position(|w| *w == key)?;
+    let k = well_known_key_index(key)?;
     let mut by_id = vec![0; snapshot.topology_value_count(k)];
     for (v, n) in counts {
         if let (_, Some(id)) = snapshot.topology_value_id(k, v)
@@ -214,7 +214,7 @@ fn counts_by_id(
 /// distinct values among the nodes that have the key. Counted on the
 /// snapshot's interned ids when the key is well known.
 fn topology_size(key: &str, nodes: &[&NodeInfo], snapshot: &Snapshot) -> usize {
-    if let Some(k) = WELL_KNOWN_TOPOLOGY_KEYS.iter().position(|w| *w == key) {
+    if let Some(k) = well_known_key_index(key) {
         let sid = snapshot.id();
         let mut seen = vec![false; snapshot.topology_value_count(k)];
         let mut size = 0;
@@ -544,7 +544,7 @@ impl PreScorePlugin for PodTopologySpread {
             .iter()
             .zip(&counts)
             .map(|(c, m)| {
-                let k = WELL_KNOWN_TOPOLOGY_KEYS.iter().position(|w| *w == c.key)?;
+                let k = well_known_key_index(&c.key)?;
                 if c.key == HOSTNAME {
                     // Counted per node at Score.
                     Some((k, Vec::new()))
@@ -662,6 +662,16 @@ mod tests {
         Arc::new(PodInfo::new(Arc::new(p)))
     }
 
+    /// A copy of a snapshot node built outside the snapshot: no interned
+    /// topology ids, so plugins take their string-lookup paths.
+    fn unstamped(n: &NodeInfo) -> NodeInfo {
+        let mut copy = NodeInfo::new(n.node.clone().unwrap());
+        for p in &n.pods {
+            copy.add_pod(p.clone());
+        }
+        copy
+    }
+
     /// Filter verdicts per node, from the snapshot's nodes (interned zone
     /// ids) and from copies built outside it (string lookups): the same.
     fn verdicts(s: &Snapshot, incoming: &PodInfo) -> Vec<(String, bool)> {
@@ -672,10 +682,7 @@ mod tests {
             .iter()
             .map(|n| {
                 let fast = pl.filter(&state, incoming, n).is_success();
-                let mut copy = NodeInfo::new(n.node.clone().unwrap());
-                for p in &n.pods {
-                    copy.add_pod(p.clone());
-                }
+                let copy = unstamped(n);
                 assert!(copy.topology_ids.is_none());
                 assert_eq!(fast, pl.filter(&state, incoming, &copy).is_success());
                 (n.name.clone(), fast)
@@ -742,16 +749,7 @@ mod tests {
     fn scores(s: &Snapshot, incoming: &PodInfo) -> Vec<(String, i64)> {
         let pl = PodTopologySpread;
         let stamped: Vec<&NodeInfo> = s.nodes().iter().collect();
-        let copies: Vec<NodeInfo> = stamped
-            .iter()
-            .map(|n| {
-                let mut copy = NodeInfo::new(n.node.clone().unwrap());
-                for p in &n.pods {
-                    copy.add_pod(p.clone());
-                }
-                copy
-            })
-            .collect();
+        let copies: Vec<NodeInfo> = stamped.iter().map(|n| unstamped(n)).collect();
         let copies: Vec<&NodeInfo> = copies.iter().collect();
         let mut fast = CycleState::default();
         assert!(pl.pre_score(&mut fast, incoming, &stamped, s).is_success());
