@@ -1983,15 +1983,6 @@ pub(crate) fn same_object(a: &Value, b: &Value, managed: bool) -> bool {
         })
 }
 
-/// Keep the managed fields `from` carries on `to` (an apply through
-/// `/status`, whose result `update_object` rebuilds from the live object).
-pub(crate) fn carry_managed(from: &Value, to: &mut Value) {
-    if let Some(m) = managed_of(from) {
-        let m = m.clone();
-        crate::object::meta_mut(to).insert("managedFields".into(), m);
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Apply.
 

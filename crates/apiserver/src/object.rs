@@ -19,6 +19,30 @@ pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     obj.get("metadata")?.get(field)?.as_str()
 }
 
+/// The `PartialObjectMetadata` form of an object's JSON, with its
+/// `metadata` copied as it is: the rest is skipped, not decoded, so a
+/// metadata-only watch (the garbage collector's) costs a scan per event
+/// instead of a decode and re-encode. `None` when `obj` is not a JSON object.
+pub fn partial_metadata_json(obj: &[u8]) -> Option<Vec<u8>> {
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow)]
+        metadata: Option<&'a serde_json::value::RawValue>,
+    }
+    let m: Meta<'_> = serde_json::from_slice(obj).ok()?;
+    let meta = m.metadata.map_or("{}", |r| match r.get() {
+        "null" => "{}",
+        raw => raw,
+    });
+    const HEAD: &str =
+        r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":"#;
+    let mut out = Vec::with_capacity(HEAD.len() + meta.len() + 1);
+    out.extend_from_slice(HEAD.as_bytes());
+    out.extend_from_slice(meta.as_bytes());
+    out.push(b'}');
+    Some(out)
+}
+
 /// Now, as an RFC 3339 timestamp with second precision (metav1.Time).
 pub fn now_rfc3339() -> String {
     let now = jiff::Timestamp::now();
@@ -196,5 +220,33 @@ mod encoded_tests {
         let back: Value = serde_json::from_slice(&bytes).expect("json");
         assert_eq!(back["metadata"]["resourceVersion"], json!("7"));
         assert_eq!(back["data"]["k"], json!(p));
+    }
+}
+
+#[cfg(test)]
+mod partial_metadata_tests {
+    use super::*;
+
+    #[test]
+    fn metadata_is_copied_and_the_rest_dropped() {
+        let obj = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "b\"c"}, "ownerReferences": [{"uid": "u"}]},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"phase": "Running"}});
+        let bytes = serde_json::to_vec(&obj).expect("json");
+        let out = partial_metadata_json(&bytes).expect("an object");
+        let v: Value = serde_json::from_slice(&out).expect("valid json");
+        assert_eq!(
+            v,
+            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
+        );
+    }
+
+    #[test]
+    fn missing_metadata_is_empty_and_non_objects_are_refused() {
+        let out = partial_metadata_json(br#"{"kind":"Pod"}"#).expect("an object");
+        let v: Value = serde_json::from_slice(&out).expect("valid json");
+        assert_eq!(v["metadata"], json!({}));
+        assert!(partial_metadata_json(b"[1,2]").is_none());
+        assert!(partial_metadata_json(b"{not json").is_none());
     }
 }

@@ -132,7 +132,7 @@ pub async fn patch(ctx: &mut Ctx<'_>, body: &[u8], sub: Sub) -> ApiResult<Respon
                 }
                 let mut patched = patched;
                 rest::check_type_meta(ctx, &mut patched)?;
-                match rest::update_object(ctx, &name, patched, current, sub).await {
+                match rest::update_object(ctx, &name, patched, current, Some(live), sub).await {
                     Err(e) if e.code == 409 && e.reason == "Conflict" && !explicit_rv => continue,
                     other => other?,
                 }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use kubeforge_apimachinery::{fields::FieldSelector, labels::Selector};
 use kubeforge_store::{KeyValue, StoreError};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::body::ApiBody;
 use crate::codec::{self, Accept, BodyType};
@@ -855,7 +855,7 @@ async fn update(ctx: &mut Ctx<'_>, body: &[u8], sub: Sub) -> ApiResult<Response<
             }],
         ));
     }
-    let (code, bytes) = update_object(ctx, &name, obj, current, sub).await?;
+    let (code, bytes) = update_object(ctx, &name, obj, current, None, sub).await?;
     ctx.respond_object(code, &bytes)
 }
 
@@ -867,6 +867,7 @@ pub(crate) async fn update_object(
     name: &str,
     mut obj: Value,
     current: KeyValue,
+    decoded: Option<Value>,
     sub: Sub,
 ) -> ApiResult<(StatusCode, Bytes)> {
     if meta_str(&obj, "name").is_some_and(|n| n != name) {
@@ -880,10 +881,14 @@ pub(crate) async fn update_object(
     {
         return Err(ApiError::stale(ctx.def.gr(), name));
     }
-    let old: Value = ctx
-        .def
-        .decode_stored(&current.value)
-        .ok_or_else(|| ApiError::internal("the stored object is not valid JSON"))?;
+    // The caller may have decoded the stored object already (a patch does).
+    let old: Value = match decoded {
+        Some(v) => v,
+        None => ctx
+            .def
+            .decode_stored(&current.value)
+            .ok_or_else(|| ApiError::internal("the stored object is not valid JSON"))?,
+    };
     if ctx.def.namespaced {
         let ns = ctx.ns.clone().unwrap_or_default();
         if meta_str(&obj, "namespace").is_some_and(|n| !n.is_empty() && n != ns) {
@@ -911,19 +916,7 @@ pub(crate) async fn update_object(
                 obj
             }
         }
-        Sub::Status => {
-            let mut o = old.clone();
-            crate::fieldset::carry_managed(&obj, &mut o);
-            match obj.get("status") {
-                Some(s) => o["status"] = s.clone(),
-                None => {
-                    if let Some(m) = o.as_object_mut() {
-                        m.remove("status");
-                    }
-                }
-            }
-            o
-        }
+        Sub::Status => status_update(obj, &old),
         Sub::Finalize => {
             let mut o = old.clone();
             let fins = obj
@@ -1039,6 +1032,60 @@ pub(crate) async fn update_object(
     };
     crate::crd::after_write(ctx, &kv.value)?;
     Ok((StatusCode::OK, kv.value))
+}
+
+/// What a write to the status subresource stores: the stored object with
+/// the request's `status` (and managedFields, which the field tracking
+/// reads). Built from the request's own fields where they equal the stored
+/// ones — a status patch carries the rest unchanged — so the usual case
+/// copies nothing but what differs.
+fn status_update(mut obj: Value, old: &Value) -> Value {
+    let managed = obj.pointer_mut("/metadata/managedFields").map(Value::take);
+    let status = obj.as_object_mut().and_then(|m| m.remove("status"));
+    let mut req = match obj {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    let mut out = Map::new();
+    if let Some(old) = old.as_object() {
+        for (k, v) in old {
+            if k == "status" {
+                continue;
+            }
+            let kept = match (k.as_str(), req.remove(k)) {
+                // metadata: the stored one, with the request's managedFields
+                // put back below.
+                ("metadata", Some(mut m)) => {
+                    if let Some(meta) = m.as_object_mut() {
+                        meta.remove("managedFields");
+                    }
+                    let mut stored = v.clone();
+                    if let Some(meta) = stored.as_object_mut() {
+                        meta.remove("managedFields");
+                    }
+                    if m == stored { m } else { stored }
+                }
+                (_, Some(mine)) if mine == *v => mine,
+                _ => v.clone(),
+            };
+            out.insert(k.clone(), kept);
+        }
+    }
+    let mut o = Value::Object(out);
+    match managed {
+        Some(m) => {
+            object::meta_mut(&mut o).insert("managedFields".into(), m);
+        }
+        None => {
+            if let Some(m) = old.pointer("/metadata/managedFields") {
+                object::meta_mut(&mut o).insert("managedFields".into(), m.clone());
+            }
+        }
+    }
+    if let Some(s) = status {
+        o["status"] = s;
+    }
+    o
 }
 
 /// Whether an object being deleted has nothing left holding it: no

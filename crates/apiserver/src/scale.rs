@@ -126,7 +126,7 @@ pub async fn serve(
             .map(|s| s.spec_replicas.clone())
             .unwrap_or_default();
         object::set_path(&mut updated, &spec_path, json!(replicas));
-        match rest::update_object(ctx, &name, updated, current, Sub::Main).await {
+        match rest::update_object(ctx, &name, updated, current, None, Sub::Main).await {
             Ok((_, bytes)) => {
                 let v: Value = serde_json::from_slice(&bytes)
                     .map_err(|e| ApiError::internal(e.to_string()))?;

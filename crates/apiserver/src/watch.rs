@@ -45,7 +45,12 @@ impl Renderer {
         out.extend_from_slice(b"{\"type\":\"");
         out.extend_from_slice(ty.as_bytes());
         out.extend_from_slice(b"\",\"object\":");
-        if self.accept.table || self.accept.metadata_only {
+        if self.accept.metadata_only
+            && !self.accept.table
+            && let Some(partial) = crate::object::partial_metadata_json(&obj)
+        {
+            out.extend_from_slice(&partial);
+        } else if self.accept.table || self.accept.metadata_only {
             let v: Value = serde_json::from_slice(&obj).unwrap_or(Value::Null);
             let wrapped = if self.accept.table {
                 let rv = v

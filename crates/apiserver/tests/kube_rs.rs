@@ -276,6 +276,39 @@ async fn workloads(client: Client) {
         .expect("status");
     assert_eq!(st.metadata.generation, Some(2));
     assert_eq!(st.status.as_ref().and_then(|s| s.ready_replicas), Some(1));
+    // A status write keeps everything but status as stored, even when the
+    // request carries other spec, labels or annotations (kube's status strategy).
+    let st = deploys
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"sneaky": "yes"}},
+                "spec": {"replicas": 9}, "status": {"readyReplicas": 2}})),
+        )
+        .await
+        .expect("status with other fields");
+    assert_eq!(st.spec.as_ref().and_then(|s| s.replicas), Some(2));
+    assert!(
+        st.metadata
+            .labels
+            .as_ref()
+            .is_none_or(|l| !l.contains_key("sneaky"))
+    );
+    assert_eq!(st.status.as_ref().and_then(|s| s.ready_replicas), Some(2));
+    assert_eq!(st.metadata.generation, Some(2));
+    let managers: Vec<_> = st
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|m| (m.manager.clone(), m.subresource.clone()))
+        .collect();
+    assert!(
+        managers
+            .iter()
+            .any(|(_, sub)| sub.as_deref() == Some("status")),
+        "a manager entry for the status write: {managers:?}"
+    );
     // Scale.
     let scale = deploys.get_scale("web").await.expect("scale");
     assert_eq!(scale.spec.and_then(|s| s.replicas), Some(2));
