@@ -119,6 +119,10 @@ pub struct WorkloadOptions {
     /// Base delay before a Job replaces failed pods, doubled per failure
     /// (default 10 s as kube; 0 for tests).
     pub job_backoff_base: Duration,
+    /// Least time between two syncs of one ReplicaSet (default 25 ms): the
+    /// pod events of a large ReplicaSet are merged into a bounded number of
+    /// syncs per second (see `util::Pacer`); 0 syncs on every event.
+    pub replicaset_sync_interval: Duration,
 }
 
 impl Default for WorkloadOptions {
@@ -131,6 +135,7 @@ impl Default for WorkloadOptions {
             node_monitor_period: Duration::from_secs(5),
             burst_replicas: 500,
             job_backoff_base: Duration::from_secs(10),
+            replicaset_sync_interval: Duration::from_millis(25),
         }
     }
 }
@@ -144,6 +149,7 @@ impl std::fmt::Debug for WorkloadOptions {
             .field("node_monitor_period", &self.node_monitor_period)
             .field("burst_replicas", &self.burst_replicas)
             .field("job_backoff_base", &self.job_backoff_base)
+            .field("replicaset_sync_interval", &self.replicaset_sync_interval)
             .finish_non_exhaustive()
     }
 }
@@ -167,6 +173,7 @@ pub(crate) struct Ctx {
     pub revisions: Cache<ControllerRevision>,
     pub leases: Cache<Lease>,
     pub expectations: util::Expectations,
+    pub pacer: util::Pacer,
     pub pod_index: pod_index::PodIndex,
 }
 
@@ -238,6 +245,7 @@ pub async fn start(client: Client, opts: WorkloadOptions) -> Result<Workloads, E
         revisions: mgr.store::<ControllerRevision>(),
         leases: mgr.store::<Lease>(),
         expectations: util::Expectations::default(),
+        pacer: util::Pacer::default(),
         pod_index: pod_index::PodIndex::default(),
         opts,
     });

@@ -121,6 +121,23 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<super::Shared>) -> Result<Actio
     let key = format!("rs/{}", key_of(&rs.metadata));
     if rs.metadata.deletion_timestamp.is_some() {
         ctx.expectations.forget(&key);
+        ctx.pacer.forget(&key);
+        return Ok(Action::await_change());
+    }
+    ctx.pacer
+        .pace(&key, ctx.opts.replicaset_sync_interval)
+        .await;
+    // Read the latest object: it may have changed while this sync waited.
+    let rs = match ctx.replicasets.get(&ObjectRef::from_obj(&*rs)) {
+        Some(latest) => latest,
+        None => {
+            ctx.pacer.forget(&key);
+            return Ok(Action::await_change());
+        }
+    };
+    if rs.metadata.deletion_timestamp.is_some() {
+        ctx.expectations.forget(&key);
+        ctx.pacer.forget(&key);
         return Ok(Action::await_change());
     }
     let spec = rs.spec.clone().unwrap_or_default();
