@@ -56,6 +56,11 @@ pub struct ClusterArgs {
     /// controller marks it NotReady (kube-controller-manager's 40s).
     #[arg(long, default_value = "40s", value_parser = duration)]
     node_monitor_grace_period: Duration,
+    /// Least time between two syncs of a ReplicaSet of 1,000 replicas,
+    /// scaled down with fewer ("0" syncs on every pod event): the pod events
+    /// of a large ReplicaSet are merged.
+    #[arg(long, default_value = "100ms", value_parser = duration)]
+    replicaset_sync_interval: Duration,
     /// A KubeSchedulerConfiguration file for the scheduler.
     #[arg(long, value_name = "FILE")]
     scheduler_config: Option<PathBuf>,
@@ -136,6 +141,7 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
                 server.client(),
                 WorkloadOptions {
                     node_monitor_grace_period: args.node_monitor_grace_period,
+                    replicaset_sync_interval: args.replicaset_sync_interval,
                     node_monitor_period: args
                         .node_monitor_grace_period
                         .min(Duration::from_secs(5))

@@ -124,8 +124,10 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<super::Shared>) -> Result<Actio
         ctx.pacer.forget(&key);
         return Ok(Action::await_change());
     }
+    let replicas = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let share = f64::from(replicas.clamp(0, 1000)) / 1000.0;
     ctx.pacer
-        .pace(&key, ctx.opts.replicaset_sync_interval)
+        .pace(&key, ctx.opts.replicaset_sync_interval.mul_f64(share))
         .await;
     // Read the latest object: it may have changed while this sync waited.
     let rs = match ctx.replicasets.get(&ObjectRef::from_obj(&*rs)) {

@@ -31,7 +31,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// without delaying the first sync after a quiet spell.
 #[derive(Default)]
 pub(crate) struct Pacer {
-    last: Mutex<HashMap<String, Instant>>,
+    last: Mutex<HashMap<String, tokio::time::Instant>>,
 }
 
 impl Pacer {
@@ -41,15 +41,15 @@ impl Pacer {
         if every.is_zero() {
             return;
         }
-        let wait = {
+        let next = {
             let mut m = lock(&self.last);
-            let now = Instant::now();
+            let now = tokio::time::Instant::now();
             let next = m.get(key).map(|t| *t + every).filter(|t| *t > now);
             m.insert(key.to_string(), next.unwrap_or(now));
-            next.map(|t| t - now)
+            next
         };
-        if let Some(w) = wait {
-            tokio::time::sleep(w).await;
+        if let Some(at) = next {
+            tokio::time::sleep_until(at).await;
         }
     }
 
@@ -437,6 +437,37 @@ pub(crate) fn now_time() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn pacer_spaces_syncs_of_one_key_only() {
+        let p = Pacer::default();
+        let every = Duration::from_millis(100);
+        let t0 = tokio::time::Instant::now();
+        p.pace("rs/a", every).await;
+        assert_eq!(
+            t0.elapsed(),
+            Duration::ZERO,
+            "the first sync is not delayed"
+        );
+        p.pace("rs/b", every).await;
+        assert_eq!(t0.elapsed(), Duration::ZERO, "another key is not delayed");
+        tokio::time::advance(Duration::from_millis(30)).await;
+        p.pace("rs/a", every).await;
+        assert_eq!(t0.elapsed(), every, "the second waits out the interval");
+        tokio::time::advance(Duration::from_millis(250)).await;
+        let t1 = tokio::time::Instant::now();
+        p.pace("rs/a", every).await;
+        assert_eq!(t1.elapsed(), Duration::ZERO, "after a quiet spell no wait");
+        p.forget("rs/a");
+        p.pace("rs/a", every).await;
+        assert_eq!(
+            t1.elapsed(),
+            Duration::ZERO,
+            "a forgotten key starts afresh"
+        );
+        p.pace("rs/a", Duration::ZERO).await;
+        assert_eq!(t1.elapsed(), Duration::ZERO, "zero means no pacing");
+    }
 
     #[test]
     fn percentages_round_like_kube() {
