@@ -176,36 +176,59 @@ pub async fn watch(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
         }
         let deadline = tokio::time::sleep(Duration::from_secs(timeout));
         tokio::pin!(deadline);
+        // kube-apiserver also sends a bookmark 2 s before a watch times out,
+        // so the client resumes from a recent revision.
+        let last_call = tokio::time::sleep(Duration::from_secs(timeout.saturating_sub(2)));
+        tokio::pin!(last_call);
+        let mut last_call_due = timeout > 2;
         let mut ticker = tokio::time::interval(BOOKMARK_EVERY);
         ticker.tick().await;
-        let mut last = start;
         loop {
-            tokio::select! {
+            let ev = tokio::select! {
                 () = &mut deadline => return,
-                _ = ticker.tick(), if bookmarks => {
-                    if tx.send(renderer.bookmark(last, false)).await.is_err() {
+                () = &mut last_call, if last_call_due => {
+                    last_call_due = false;
+                    None
+                }
+                _ = ticker.tick(), if bookmarks => None,
+                () = tx.closed() => return,
+                ev = watcher.next() => Some(ev),
+            };
+            // A bookmark carries the revision through which this watch has
+            // delivered everything (kube-apiserver's watch cache sends its
+            // current resourceVersion): on a quiet resource it moves with the
+            // store, so a client that resumes from it is not sent back to a
+            // revision the history has dropped.
+            let Some(ev) = ev else {
+                if bookmarks
+                    && tx
+                        .send(renderer.bookmark(watcher.progress(), false))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+                continue;
+            };
+            match ev {
+                None => return,
+                Some(Err(e)) => {
+                    let err = match e {
+                        StoreError::Compacted { .. } => {
+                            ApiError::expired("too old resource version: the watch fell behind")
+                        }
+                        other => ApiError::from(other),
+                    };
+                    let _ = tx.send(error_event(&err)).await;
+                    return;
+                }
+                Some(Ok(e)) => {
+                    if let Some(b) = renderer.translate(&e)
+                        && tx.send(b).await.is_err()
+                    {
                         return;
                     }
                 }
-                () = tx.closed() => return,
-                ev = watcher.next() => match ev {
-                    None => return,
-                    Some(Err(e)) => {
-                        let err = match e {
-                            StoreError::Compacted { .. } => ApiError::expired("too old resource version: the watch fell behind"),
-                            other => ApiError::from(other),
-                        };
-                        let _ = tx.send(error_event(&err)).await;
-                        return;
-                    }
-                    Some(Ok(e)) => {
-                        last = e.kv.mod_revision;
-                        if let Some(b) = renderer.translate(&e)
-                            && tx.send(b).await.is_err() {
-                                return;
-                            }
-                    }
-                },
             }
         }
     });

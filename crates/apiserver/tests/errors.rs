@@ -588,3 +588,72 @@ async fn field_validation_on_create_update_and_patch() {
         "a rejected patch changed nothing"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmarks_of_a_quiet_watch_move_with_the_store() {
+    // kube-apiserver's bookmarks carry its current resourceVersion, and one
+    // comes 2 s before the watch times out: a client watching a resource
+    // nobody writes resumes from there, not from a revision long dropped
+    // from the history (which would answer 410 and force a relist).
+    let server = ApiServer::in_memory().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let start = cms
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv");
+    let req = Request::get(format!(
+        "/api/v1/namespaces/kube-system/configmaps?watch=true&allowWatchBookmarks=true&timeoutSeconds=3&resourceVersion={start}"
+    ))
+    .body(Full::new(Bytes::new()))
+    .expect("req");
+    let watch = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            server
+                .handle(req)
+                .await
+                .into_body()
+                .collect()
+                .await
+                .expect("body")
+                .to_bytes()
+        })
+    };
+    let mut last = 0u64;
+    for i in 0..20 {
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": format!("busy{i}")}})).expect("cm");
+        let made = cms
+            .create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
+        last = made
+            .metadata
+            .resource_version
+            .and_then(|r| r.parse().ok())
+            .expect("numeric rv");
+    }
+    let body = watch.await.expect("watch task");
+    let events: Vec<Value> = body
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("json"))
+        .collect();
+    assert!(
+        events.iter().all(|e| e["type"] == "BOOKMARK"),
+        "only bookmarks on a quiet resource: {events:?}"
+    );
+    let rv: u64 = events
+        .last()
+        .and_then(|e| e.pointer("/object/metadata/resourceVersion"))
+        .and_then(Value::as_str)
+        .and_then(|r| r.parse().ok())
+        .expect("a bookmark before the timeout");
+    assert!(
+        rv >= last,
+        "the bookmark's resourceVersion {rv} covers the other writes (last {last})"
+    );
+}

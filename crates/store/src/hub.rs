@@ -214,6 +214,19 @@ impl std::fmt::Debug for Watcher {
 }
 
 impl Watcher {
+    /// The revision through which this watcher has delivered every event
+    /// under its prefix: events at or below it were returned by `next` or
+    /// were not wanted. On a quiet prefix it still moves with the store,
+    /// since the watcher sees (and skips) every other event; a bookmark
+    /// carrying it lets a client resume without going back to a revision
+    /// the history may have dropped.
+    pub fn progress(&self) -> Revision {
+        match self.backlog.front() {
+            Some(first) => first.kv.mod_revision.saturating_sub(1).max(self.after),
+            None => self.after.max(self.channel_revision),
+        }
+    }
+
     /// Next event; a watcher that falls behind the live channel catches up
     /// from the history; `Some(Err(Compacted))` if it fell so far behind
     /// that events it needs were dropped from the history too (the stream then ends: `None`

@@ -437,3 +437,25 @@ async fn thousand_watchers_receive_one_event() {
     // Generous bound for a loaded CI machine; the bench reports the real figure.
     assert!(p99 < Duration::from_secs(1), "p99 {p99:?}");
 }
+
+#[tokio::test]
+async fn progress_moves_on_a_quiet_prefix_and_waits_for_the_backlog() {
+    let s = Store::memory_with_history(1_000);
+    s.create("/a/1", |r| val("/a/1", r)).await.unwrap();
+    s.create("/b/1", |r| val("/b/1", r)).await.unwrap();
+    // Started at 0: the backlog holds /a/1 (rev 1), not yet delivered.
+    let mut a = s.watch("/a/", 0).unwrap();
+    assert_eq!(a.progress(), 0);
+    assert_eq!(next(&mut a).await.kv.mod_revision, 1);
+    // Nothing else under /a/ is published; the watcher skips /b/ events.
+    for _ in 0..20 {
+        s.update("/b/1", None, |r| val("/b/1", r)).await.unwrap();
+    }
+    quiet(&mut a).await;
+    assert_eq!(a.progress(), 22, "a quiet watcher keeps up with the store");
+    // A new watcher from a past revision reports nothing past its backlog.
+    let mut b = s.watch("/b/", 5).unwrap();
+    assert_eq!(b.progress(), 5);
+    assert_eq!(next(&mut b).await.kv.mod_revision, 6);
+    assert_eq!(b.progress(), 6);
+}
