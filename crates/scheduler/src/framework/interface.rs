@@ -60,7 +60,60 @@ pub struct Status {
     pub reasons: Reasons,
     /// The plugin that returned it (filled in by the framework; shared, so
     /// a status per rejected node copies no name).
-    pub plugin: Arc<str>,
+    pub plugin: PluginName,
+}
+
+/// The name of the plugin that gave a [`Status`], read as a `str` (empty
+/// until the framework fills it in). The empty name is no allocation and no
+/// reference count, so the statuses built and dropped per node (every
+/// Filter and Score call returns one) cost no atomic operations.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct PluginName(Option<Arc<str>>);
+
+impl PluginName {
+    /// A name shared with the framework's plugin list.
+    pub fn new(name: Arc<str>) -> PluginName {
+        PluginName(Some(name))
+    }
+
+    fn same(&self, other: &PluginName) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            (None, None) => true,
+            _ => self.is_empty() && other.is_empty(),
+        }
+    }
+}
+
+impl std::ops::Deref for PluginName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0.as_deref().unwrap_or("")
+    }
+}
+
+impl std::fmt::Debug for PluginName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl std::fmt::Display for PluginName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
+}
+
+impl PartialEq<str> for PluginName {
+    fn eq(&self, other: &str) -> bool {
+        **self == *other
+    }
+}
+
+impl PartialEq<&str> for PluginName {
+    fn eq(&self, other: &&str) -> bool {
+        **self == **other
+    }
 }
 
 /// A status's reasons, read as a slice. A single reason (what nearly every
@@ -174,19 +227,13 @@ impl<'a> IntoIterator for &'a Reasons {
     }
 }
 
-/// The empty plugin name, shared.
-fn no_plugin() -> Arc<str> {
-    static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
-    EMPTY.clone()
-}
-
 impl Status {
     /// Success.
     pub fn success() -> Status {
         Status {
             code: Code::Success,
             reasons: Reasons::new(),
-            plugin: no_plugin(),
+            plugin: PluginName(None),
         }
     }
 
@@ -195,7 +242,7 @@ impl Status {
         Status {
             code,
             reasons: Reasons::one(reason.into()),
-            plugin: no_plugin(),
+            plugin: PluginName(None),
         }
     }
 
@@ -219,7 +266,7 @@ impl Status {
         Status {
             code: Code::Skip,
             reasons: Reasons::new(),
-            plugin: no_plugin(),
+            plugin: PluginName(None),
         }
     }
 
@@ -246,7 +293,7 @@ impl Status {
         Status {
             code,
             reasons: reasons.into(),
-            plugin: no_plugin(),
+            plugin: PluginName(None),
         }
     }
 
@@ -260,7 +307,7 @@ impl Status {
 
     pub(crate) fn with_plugin_id(mut self, name: &Arc<str>) -> Status {
         if self.plugin.is_empty() {
-            self.plugin = name.clone();
+            self.plugin = PluginName::new(name.clone());
         }
         self
     }
@@ -539,7 +586,7 @@ const STATUS_TABLE_SCAN: usize = 32;
 /// plugin's fixed reasons are the same `&'static str` on every node).
 fn same_status(a: &Status, b: &Status) -> bool {
     a.code == b.code
-        && (Arc::ptr_eq(&a.plugin, &b.plugin) || a.plugin == b.plugin)
+        && a.plugin.same(&b.plugin)
         && a.reasons.len() == b.reasons.len()
         && a.reasons
             .iter()
@@ -673,11 +720,12 @@ pub trait PreScorePlugin: Plugin {
 /// The highest score a Score plugin may give after normalization.
 pub const MAX_NODE_SCORE: i64 = 100;
 
-/// A node's score.
+/// A node's score, naming the node by a borrow of its [`NodeInfo::name`]
+/// (a cycle scores hundreds of nodes; no name is copied).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeScore {
+pub struct NodeScore<'a> {
     /// Node name.
-    pub name: Arc<str>,
+    pub name: &'a str,
     /// Score.
     pub score: i64,
 }
@@ -688,9 +736,36 @@ pub struct NodeScore {
 pub trait ScorePlugin: Plugin {
     /// Score one node.
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (i64, Status);
+    /// Score every feasible node of the cycle: `scores[i]` for `nodes[i]`
+    /// (the slices have the same length). The framework calls this, once
+    /// per cycle; the default calls [`score`](Self::score) per node and
+    /// stops at the first status that is not Success. A plugin may override
+    /// it to read its cycle state once instead of per node, but must give
+    /// exactly the scores `score` gives.
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        scores: &mut [i64],
+    ) -> Status {
+        for (slot, node) in scores.iter_mut().zip(nodes) {
+            let (score, s) = self.score(state, pod, node);
+            if !s.is_success() {
+                return s;
+            }
+            *slot = score;
+        }
+        Status::success()
+    }
     /// Bring all scores into 0..=100 (the NormalizeScore extension). Default:
     /// scores are already in range.
-    fn normalize(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [NodeScore]) -> Status {
+    fn normalize(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _scores: &mut [NodeScore<'_>],
+    ) -> Status {
         Status::success()
     }
 }

@@ -821,13 +821,13 @@ impl Framework {
 
     /// PreScore then Score, NormalizeScore and the weighted sum, plus the
     /// extenders' prioritize scores × weight × 10.
-    pub fn run_score(
+    pub fn run_score<'a>(
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        nodes: &[&NodeInfo],
+        nodes: &[&'a NodeInfo],
         snapshot: &Snapshot,
-    ) -> Result<Vec<NodeScore>, Status> {
+    ) -> Result<Vec<NodeScore<'a>>, Status> {
         for e in &self.pre_score {
             let Some(p) = e.plugin.as_pre_score() else {
                 continue;
@@ -841,13 +841,14 @@ impl Framework {
         }
         // One list of names for the plugins' NormalizeScore; the weighted
         // sums are kept apart and written into it at the end.
-        let mut scores: Vec<NodeScore> = nodes
+        let mut scores: Vec<NodeScore<'a>> = nodes
             .iter()
             .map(|n| NodeScore {
-                name: n.id.clone(),
+                name: &n.name,
                 score: 0,
             })
             .collect();
+        let mut raw: Vec<i64> = vec![0; nodes.len()];
         let mut totals: Vec<i64> = vec![0; nodes.len()];
         for e in &self.score {
             if state.skip_score.contains(&e.name) {
@@ -856,12 +857,13 @@ impl Framework {
             let Some(p) = e.plugin.as_score() else {
                 continue;
             };
-            for (slot, n) in scores.iter_mut().zip(nodes) {
-                let (score, s) = p.score(state, pod, n);
-                if !s.is_success() {
-                    return Err(s.with_plugin_id(&e.id));
-                }
-                slot.score = score;
+            // One call per plugin for all nodes (not one per node).
+            let s = p.score_nodes(state, pod, nodes, &mut raw);
+            if !s.is_success() {
+                return Err(s.with_plugin_id(&e.id));
+            }
+            for (slot, r) in scores.iter_mut().zip(&raw) {
+                slot.score = *r;
             }
             let s = p.normalize(state, pod, &mut scores);
             if !s.is_success() {
@@ -885,7 +887,7 @@ impl Framework {
             // Prioritize errors are ignored, as kube-scheduler does.
             if let Ok(list) = ext.prioritize(pod, nodes) {
                 for hp in list {
-                    if let Some(i) = scores.iter().position(|t| *t.name == *hp.host) {
+                    if let Some(i) = scores.iter().position(|t| t.name == hp.host) {
                         totals[i] += hp.score * ext.weight() * (MAX_NODE_SCORE / 10);
                     }
                 }
