@@ -571,8 +571,13 @@ pub trait FilterPlugin: Plugin {
 pub struct NodeToStatus {
     /// Distinct statuses with how many nodes currently have each.
     table: Vec<(Status, usize)>,
-    /// Node name → index into `table`.
-    nodes: HashMap<Arc<str>, u32, super::topology_counts::FastBuild>,
+    /// Each node with a record (once) and its index into `table`, in the
+    /// order first recorded.
+    nodes: Vec<(Arc<str>, u32)>,
+    /// Node name → position in `nodes`, built on the first lookup by name
+    /// (a failed cycle records hundreds of nodes and usually only reads
+    /// the table) and kept up to date from then on.
+    by_name: std::sync::OnceLock<HashMap<Arc<str>, u32, super::topology_counts::FastBuild>>,
     /// The table entry matched last (the next node is likely the same).
     last: usize,
 }
@@ -607,13 +612,40 @@ impl NodeToStatus {
 
     /// Record why `node` was rejected (replacing an earlier record).
     pub fn insert(&mut self, node: Arc<str>, status: Status) {
-        let at = self.intern(status);
-        self.table[at].1 += 1;
-        if let Some(old) = self.nodes.insert(node, at as u32)
-            && let Some(e) = self.table.get_mut(old as usize)
-        {
-            e.1 -= 1;
+        match self.index().get(&node).copied() {
+            Some(pos) => {
+                let at = self.intern(status) as u32;
+                self.table[at as usize].1 += 1;
+                let old = std::mem::replace(&mut self.nodes[pos as usize].1, at);
+                if let Some(e) = self.table.get_mut(old as usize) {
+                    e.1 -= 1;
+                }
+            }
+            None => self.insert_new(node, status),
         }
+    }
+
+    /// Record why `node` was rejected, for a node the caller knows has no
+    /// record yet (the filter pass visits each node once): no lookup by
+    /// name.
+    pub(crate) fn insert_new(&mut self, node: Arc<str>, status: Status) {
+        let at = self.intern(status) as u32;
+        self.table[at as usize].1 += 1;
+        if let Some(index) = self.by_name.get_mut() {
+            index.insert(node.clone(), self.nodes.len() as u32);
+        }
+        self.nodes.push((node, at));
+    }
+
+    /// The name index, built now if it was not yet.
+    fn index(&self) -> &HashMap<Arc<str>, u32, super::topology_counts::FastBuild> {
+        self.by_name.get_or_init(|| {
+            let mut m = HashMap::with_capacity_and_hasher(self.nodes.len(), Default::default());
+            for (i, (n, _)) in self.nodes.iter().enumerate() {
+                m.insert(n.clone(), i as u32);
+            }
+            m
+        })
     }
 
     fn intern(&mut self, status: Status) -> usize {
@@ -637,13 +669,14 @@ impl NodeToStatus {
 
     /// Why `node` was rejected, if it was.
     pub fn get(&self, node: &str) -> Option<&Status> {
-        let i = *self.nodes.get(node)?;
-        self.table.get(i as usize).map(|(s, _)| s)
+        let pos = *self.index().get(node)?;
+        let (_, i) = self.nodes.get(pos as usize)?;
+        self.table.get(*i as usize).map(|(s, _)| s)
     }
 
     /// Whether `node` has a record.
     pub fn contains(&self, node: &str) -> bool {
-        self.nodes.contains_key(node)
+        self.index().contains_key(node)
     }
 
     /// How many nodes have a record.
@@ -656,7 +689,7 @@ impl NodeToStatus {
         self.nodes.is_empty()
     }
 
-    /// Every node with its status (in no particular order).
+    /// Every node with its status (in the order first recorded).
     pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Status)> + '_ {
         self.nodes
             .iter()
@@ -835,4 +868,69 @@ pub struct QueuedPodInfo {
     pub seq: u64,
     /// The scheduling cycle of the last pop (to notice events during it).
     pub scheduling_cycle: u64,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn counts(m: &NodeToStatus) -> Vec<(String, usize)> {
+        let mut v: Vec<(String, usize)> = m.distinct().map(|(s, c)| (s.message(), c)).collect();
+        v.sort();
+        v
+    }
+
+    /// Records made without a name lookup (the filter pass) and records
+    /// replacing earlier ones, before and after the name index exists,
+    /// read back the same as a plain map would.
+    #[test]
+    fn node_to_status_records_and_replaces_with_a_lazy_index() {
+        let cpu = || Status::unschedulable("Insufficient cpu");
+        let taint = || Status::unresolvable("node(s) had untolerated taint {k: v}");
+        let mut m = NodeToStatus::new();
+        for i in 0..4 {
+            m.insert_new(format!("n{i}").into(), cpu());
+        }
+        m.insert_new("t0".into(), taint());
+        assert_eq!(m.len(), 5);
+        // the first lookup by name builds the index
+        assert_eq!(m.get("n2"), Some(&cpu()));
+        assert_eq!(
+            m.get("t0").unwrap().code,
+            Code::UnschedulableAndUnresolvable
+        );
+        assert!(m.get("x").is_none() && !m.contains("x") && m.contains("n0"));
+        // records after the index exists are found too
+        m.insert_new("n4".into(), cpu());
+        assert_eq!(m.get("n4"), Some(&cpu()));
+        // replacing moves the node between table entries
+        m.insert("n1".into(), taint());
+        m.insert("t0".into(), cpu());
+        assert_eq!(m.len(), 6);
+        assert_eq!(m.get("n1"), Some(&taint()));
+        assert_eq!(m.get("t0"), Some(&cpu()));
+        assert_eq!(
+            counts(&m),
+            vec![
+                ("Insufficient cpu".to_string(), 5),
+                ("node(s) had untolerated taint {k: v}".to_string(), 1)
+            ]
+        );
+        // a fresh map takes replacements before any lookup as well
+        let mut m = NodeToStatus::new();
+        m.insert("a".into(), cpu());
+        m.insert("a".into(), taint());
+        m.insert("b".into(), taint());
+        assert_eq!(m.len(), 2);
+        assert_eq!(
+            counts(&m),
+            vec![("node(s) had untolerated taint {k: v}".to_string(), 2)]
+        );
+        let names: Vec<&str> = m.iter().map(|(n, _)| &**n).collect();
+        assert_eq!(names, ["a", "b"]);
+        // clones keep their records and index
+        let c = m.clone();
+        assert_eq!(c.get("b"), Some(&taint()));
+    }
 }
