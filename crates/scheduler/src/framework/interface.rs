@@ -64,22 +64,32 @@ pub struct Status {
 }
 
 /// The name of the plugin that gave a [`Status`], read as a `str` (empty
-/// until the framework fills it in). The empty name is no allocation and no
-/// reference count, so the statuses built and dropped per node (every
-/// Filter and Score call returns one) cost no atomic operations.
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
-pub struct PluginName(Option<Arc<str>>);
+/// until the framework fills it in). Names are interned for the life of the
+/// process (one copy per distinct plugin name), so a status carries a
+/// plain reference: the statuses built and dropped per node (every Filter
+/// and Score call returns one) cost no allocation and no atomic
+/// reference count.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PluginName(Option<&'static str>);
 
 impl PluginName {
-    /// A name shared with the framework's plugin list.
-    pub fn new(name: Arc<str>) -> PluginName {
-        PluginName(Some(name))
+    /// The interned name (the first use of a name keeps one copy of it for
+    /// the rest of the process; plugin names are a small fixed set).
+    pub fn new(name: &str) -> PluginName {
+        static NAMES: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
+            std::sync::Mutex::new(std::collections::BTreeSet::new());
+        let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = names.get(name) {
+            return PluginName(Some(n));
+        }
+        let n: &'static str = Box::leak(name.to_owned().into_boxed_str());
+        names.insert(n);
+        PluginName(Some(n))
     }
 
     fn same(&self, other: &PluginName) -> bool {
-        match (&self.0, &other.0) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
-            (None, None) => true,
+        match (self.0, other.0) {
+            (Some(a), Some(b)) => std::ptr::eq(a, b) || a == b,
             _ => self.is_empty() && other.is_empty(),
         }
     }
@@ -88,7 +98,7 @@ impl PluginName {
 impl std::ops::Deref for PluginName {
     type Target = str;
     fn deref(&self) -> &str {
-        self.0.as_deref().unwrap_or("")
+        self.0.unwrap_or("")
     }
 }
 
@@ -299,15 +309,15 @@ impl Status {
 
     pub(crate) fn with_plugin(self, name: &str) -> Status {
         if self.plugin.is_empty() {
-            self.with_plugin_id(&Arc::from(name))
+            self.with_plugin_id(&PluginName::new(name))
         } else {
             self
         }
     }
 
-    pub(crate) fn with_plugin_id(mut self, name: &Arc<str>) -> Status {
+    pub(crate) fn with_plugin_id(mut self, name: &PluginName) -> Status {
         if self.plugin.is_empty() {
-            self.plugin = PluginName::new(name.clone());
+            self.plugin = *name;
         }
         self
     }

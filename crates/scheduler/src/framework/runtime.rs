@@ -40,8 +40,9 @@ pub fn num_feasible_nodes_to_find(percentage: i32, n: usize) -> usize {
 
 struct Entry {
     name: String,
-    /// The name again, shared by the statuses this plugin returns.
-    id: Arc<str>,
+    /// The name again, interned, carried by the statuses this plugin
+    /// returns.
+    id: PluginName,
     plugin: Arc<dyn Plugin>,
     weight: i64,
 }
@@ -256,7 +257,7 @@ impl Framework {
                     ));
                 }
                 list.push(Entry {
-                    id: Arc::from(name.as_str()),
+                    id: PluginName::new(&name),
                     name,
                     plugin: plugin.clone(),
                     weight,
@@ -656,7 +657,7 @@ impl Framework {
             let start = self.next_start.load(Ordering::Relaxed) % n;
             let mut processed = 0;
             // The filters this pod runs, resolved once rather than per node.
-            let active: Vec<(&Arc<str>, &dyn FilterPlugin)> = self
+            let active: Vec<(&PluginName, &dyn FilterPlugin)> = self
                 .filter
                 .iter()
                 .enumerate()
@@ -1307,7 +1308,7 @@ fn with_scratch<R>(node: &NodeInfo, f: impl FnOnce(&mut NodeInfo) -> R) -> R {
 /// The resolved filters' verdict on one node without their reasons
 /// ([`FilterPlugin::passes`]): `Err` only for an Error status.
 fn pass_filters(
-    active: &[(&Arc<str>, &dyn FilterPlugin)],
+    active: &[(&PluginName, &dyn FilterPlugin)],
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,
@@ -1323,7 +1324,7 @@ fn pass_filters(
 /// Run resolved filters on one node, stopping at the first rejection: its
 /// index in `active` and its status (the plugin name is added later).
 fn run_filters(
-    active: &[(&Arc<str>, &dyn FilterPlugin)],
+    active: &[(&PluginName, &dyn FilterPlugin)],
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,
