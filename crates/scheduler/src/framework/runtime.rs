@@ -696,7 +696,10 @@ impl Framework {
             // to it): most cycles find nodes and would throw them away.
             // A rejected node's status is kept when it was built anyway
             // (by the check with its nominated pods).
-            let mut failed: Vec<(u32, Option<Status>)> = Vec::new();
+            // (Kept apart: most rejected nodes have none, and a failed
+            // cycle records hundreds of indices.)
+            let mut failed: Vec<u32> = Vec::new();
+            let mut known: Vec<(u32, Status)> = Vec::new();
             for i in 0..n {
                 let idx = (start + i) % n;
                 let node = &nodes[idx];
@@ -733,7 +736,12 @@ impl Framework {
                             break;
                         }
                     }
-                    Ok(Some(known)) => failed.push((idx as u32, known)),
+                    Ok(Some(status)) => {
+                        failed.push(idx as u32);
+                        if let Some(s) = status {
+                            known.push((idx as u32, s));
+                        }
+                    }
                     Err(s) => return Err(s),
                 }
             }
@@ -741,9 +749,12 @@ impl Framework {
                 .store((start + processed) % n, Ordering::Relaxed);
             if feasible.is_empty() || !self.extenders.is_empty() {
                 statuses.reserve(failed.len());
-                for (idx, known) in failed {
+                // `known` is in the order of `failed`.
+                let mut known = known.into_iter().peekable();
+                for idx in failed {
                     let node = &nodes[idx as usize];
-                    let s = match known.or_else(|| with_nominated(idx as usize, node)) {
+                    let kept = known.next_if(|(k, _)| *k == idx).map(|(_, s)| s);
+                    let s = match kept.or_else(|| with_nominated(idx as usize, node)) {
                         Some(s) => s,
                         None => match run_filters(&active, state, pod, node) {
                             Ok(()) => continue,
