@@ -60,7 +60,70 @@ pub struct Status {
     pub reasons: Reasons,
     /// The plugin that returned it (filled in by the framework; shared, so
     /// a status per rejected node copies no name).
-    pub plugin: Arc<str>,
+    pub plugin: PluginName,
+}
+
+/// The name of the plugin that gave a [`Status`], read as a `str` (empty
+/// until the framework fills it in). Names are interned for the life of the
+/// process (one copy per distinct plugin name), so a status carries a
+/// plain reference: the statuses built and dropped per node (every Filter
+/// and Score call returns one) cost no allocation and no atomic
+/// reference count.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PluginName(Option<&'static str>);
+
+impl PluginName {
+    /// The interned name (the first use of a name keeps one copy of it for
+    /// the rest of the process; plugin names are a small fixed set).
+    pub fn new(name: &str) -> PluginName {
+        static NAMES: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
+            std::sync::Mutex::new(std::collections::BTreeSet::new());
+        let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = names.get(name) {
+            return PluginName(Some(n));
+        }
+        let n: &'static str = Box::leak(name.to_owned().into_boxed_str());
+        names.insert(n);
+        PluginName(Some(n))
+    }
+
+    fn same(&self, other: &PluginName) -> bool {
+        match (self.0, other.0) {
+            (Some(a), Some(b)) => std::ptr::eq(a, b) || a == b,
+            _ => self.is_empty() && other.is_empty(),
+        }
+    }
+}
+
+impl std::ops::Deref for PluginName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0.unwrap_or("")
+    }
+}
+
+impl std::fmt::Debug for PluginName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl std::fmt::Display for PluginName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
+}
+
+impl PartialEq<str> for PluginName {
+    fn eq(&self, other: &str) -> bool {
+        **self == *other
+    }
+}
+
+impl PartialEq<&str> for PluginName {
+    fn eq(&self, other: &&str) -> bool {
+        **self == **other
+    }
 }
 
 /// A status's reasons, read as a slice. A single reason (what nearly every
@@ -174,19 +237,13 @@ impl<'a> IntoIterator for &'a Reasons {
     }
 }
 
-/// The empty plugin name, shared.
-fn no_plugin() -> Arc<str> {
-    static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
-    EMPTY.clone()
-}
-
 impl Status {
     /// Success.
     pub fn success() -> Status {
         Status {
             code: Code::Success,
             reasons: Reasons::new(),
-            plugin: no_plugin(),
+            plugin: PluginName(None),
         }
     }
 
@@ -195,7 +252,7 @@ impl Status {
         Status {
             code,
             reasons: Reasons::one(reason.into()),
-            plugin: no_plugin(),
+            plugin: PluginName(None),
         }
     }
 
@@ -219,7 +276,7 @@ impl Status {
         Status {
             code: Code::Skip,
             reasons: Reasons::new(),
-            plugin: no_plugin(),
+            plugin: PluginName(None),
         }
     }
 
@@ -246,21 +303,21 @@ impl Status {
         Status {
             code,
             reasons: reasons.into(),
-            plugin: no_plugin(),
+            plugin: PluginName(None),
         }
     }
 
     pub(crate) fn with_plugin(self, name: &str) -> Status {
         if self.plugin.is_empty() {
-            self.with_plugin_id(&Arc::from(name))
+            self.with_plugin_id(&PluginName::new(name))
         } else {
             self
         }
     }
 
-    pub(crate) fn with_plugin_id(mut self, name: &Arc<str>) -> Status {
+    pub(crate) fn with_plugin_id(mut self, name: &PluginName) -> Status {
         if self.plugin.is_empty() {
-            self.plugin = name.clone();
+            self.plugin = *name;
         }
         self
     }
@@ -524,8 +581,13 @@ pub trait FilterPlugin: Plugin {
 pub struct NodeToStatus {
     /// Distinct statuses with how many nodes currently have each.
     table: Vec<(Status, usize)>,
-    /// Node name → index into `table`.
-    nodes: HashMap<Arc<str>, u32, super::topology_counts::FastBuild>,
+    /// Each node with a record (once) and its index into `table`, in the
+    /// order first recorded.
+    nodes: Vec<(Arc<str>, u32)>,
+    /// Node name → position in `nodes`, built on the first lookup by name
+    /// (a failed cycle records hundreds of nodes and usually only reads
+    /// the table) and kept up to date from then on.
+    by_name: std::sync::OnceLock<HashMap<Arc<str>, u32, super::topology_counts::FastBuild>>,
     /// The table entry matched last (the next node is likely the same).
     last: usize,
 }
@@ -539,7 +601,7 @@ const STATUS_TABLE_SCAN: usize = 32;
 /// plugin's fixed reasons are the same `&'static str` on every node).
 fn same_status(a: &Status, b: &Status) -> bool {
     a.code == b.code
-        && (Arc::ptr_eq(&a.plugin, &b.plugin) || a.plugin == b.plugin)
+        && a.plugin.same(&b.plugin)
         && a.reasons.len() == b.reasons.len()
         && a.reasons
             .iter()
@@ -560,13 +622,40 @@ impl NodeToStatus {
 
     /// Record why `node` was rejected (replacing an earlier record).
     pub fn insert(&mut self, node: Arc<str>, status: Status) {
-        let at = self.intern(status);
-        self.table[at].1 += 1;
-        if let Some(old) = self.nodes.insert(node, at as u32)
-            && let Some(e) = self.table.get_mut(old as usize)
-        {
-            e.1 -= 1;
+        match self.index().get(&node).copied() {
+            Some(pos) => {
+                let at = self.intern(status) as u32;
+                self.table[at as usize].1 += 1;
+                let old = std::mem::replace(&mut self.nodes[pos as usize].1, at);
+                if let Some(e) = self.table.get_mut(old as usize) {
+                    e.1 -= 1;
+                }
+            }
+            None => self.insert_new(node, status),
         }
+    }
+
+    /// Record why `node` was rejected, for a node the caller knows has no
+    /// record yet (the filter pass visits each node once): no lookup by
+    /// name.
+    pub(crate) fn insert_new(&mut self, node: Arc<str>, status: Status) {
+        let at = self.intern(status) as u32;
+        self.table[at as usize].1 += 1;
+        if let Some(index) = self.by_name.get_mut() {
+            index.insert(node.clone(), self.nodes.len() as u32);
+        }
+        self.nodes.push((node, at));
+    }
+
+    /// The name index, built now if it was not yet.
+    fn index(&self) -> &HashMap<Arc<str>, u32, super::topology_counts::FastBuild> {
+        self.by_name.get_or_init(|| {
+            let mut m = HashMap::with_capacity_and_hasher(self.nodes.len(), Default::default());
+            for (i, (n, _)) in self.nodes.iter().enumerate() {
+                m.insert(n.clone(), i as u32);
+            }
+            m
+        })
     }
 
     fn intern(&mut self, status: Status) -> usize {
@@ -590,13 +679,14 @@ impl NodeToStatus {
 
     /// Why `node` was rejected, if it was.
     pub fn get(&self, node: &str) -> Option<&Status> {
-        let i = *self.nodes.get(node)?;
-        self.table.get(i as usize).map(|(s, _)| s)
+        let pos = *self.index().get(node)?;
+        let (_, i) = self.nodes.get(pos as usize)?;
+        self.table.get(*i as usize).map(|(s, _)| s)
     }
 
     /// Whether `node` has a record.
     pub fn contains(&self, node: &str) -> bool {
-        self.nodes.contains_key(node)
+        self.index().contains_key(node)
     }
 
     /// How many nodes have a record.
@@ -609,7 +699,7 @@ impl NodeToStatus {
         self.nodes.is_empty()
     }
 
-    /// Every node with its status (in no particular order).
+    /// Every node with its status (in the order first recorded).
     pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Status)> + '_ {
         self.nodes
             .iter()
@@ -673,11 +763,12 @@ pub trait PreScorePlugin: Plugin {
 /// The highest score a Score plugin may give after normalization.
 pub const MAX_NODE_SCORE: i64 = 100;
 
-/// A node's score.
+/// A node's score, naming the node by a borrow of its [`NodeInfo::name`]
+/// (a cycle scores hundreds of nodes; no name is copied).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeScore {
+pub struct NodeScore<'a> {
     /// Node name.
-    pub name: Arc<str>,
+    pub name: &'a str,
     /// Score.
     pub score: i64,
 }
@@ -688,9 +779,36 @@ pub struct NodeScore {
 pub trait ScorePlugin: Plugin {
     /// Score one node.
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (i64, Status);
+    /// Score every feasible node of the cycle: `scores[i]` for `nodes[i]`
+    /// (the slices have the same length). The framework calls this, once
+    /// per cycle; the default calls [`score`](Self::score) per node and
+    /// stops at the first status that is not Success. A plugin may override
+    /// it to read its cycle state once instead of per node, but must give
+    /// exactly the scores `score` gives.
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        scores: &mut [i64],
+    ) -> Status {
+        for (slot, node) in scores.iter_mut().zip(nodes) {
+            let (score, s) = self.score(state, pod, node);
+            if !s.is_success() {
+                return s;
+            }
+            *slot = score;
+        }
+        Status::success()
+    }
     /// Bring all scores into 0..=100 (the NormalizeScore extension). Default:
     /// scores are already in range.
-    fn normalize(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [NodeScore]) -> Status {
+    fn normalize(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _scores: &mut [NodeScore<'_>],
+    ) -> Status {
         Status::success()
     }
 }
@@ -760,4 +878,69 @@ pub struct QueuedPodInfo {
     pub seq: u64,
     /// The scheduling cycle of the last pop (to notice events during it).
     pub scheduling_cycle: u64,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn counts(m: &NodeToStatus) -> Vec<(String, usize)> {
+        let mut v: Vec<(String, usize)> = m.distinct().map(|(s, c)| (s.message(), c)).collect();
+        v.sort();
+        v
+    }
+
+    /// Records made without a name lookup (the filter pass) and records
+    /// replacing earlier ones, before and after the name index exists,
+    /// read back the same as a plain map would.
+    #[test]
+    fn node_to_status_records_and_replaces_with_a_lazy_index() {
+        let cpu = || Status::unschedulable("Insufficient cpu");
+        let taint = || Status::unresolvable("node(s) had untolerated taint {k: v}");
+        let mut m = NodeToStatus::new();
+        for i in 0..4 {
+            m.insert_new(format!("n{i}").into(), cpu());
+        }
+        m.insert_new("t0".into(), taint());
+        assert_eq!(m.len(), 5);
+        // the first lookup by name builds the index
+        assert_eq!(m.get("n2"), Some(&cpu()));
+        assert_eq!(
+            m.get("t0").unwrap().code,
+            Code::UnschedulableAndUnresolvable
+        );
+        assert!(m.get("x").is_none() && !m.contains("x") && m.contains("n0"));
+        // records after the index exists are found too
+        m.insert_new("n4".into(), cpu());
+        assert_eq!(m.get("n4"), Some(&cpu()));
+        // replacing moves the node between table entries
+        m.insert("n1".into(), taint());
+        m.insert("t0".into(), cpu());
+        assert_eq!(m.len(), 6);
+        assert_eq!(m.get("n1"), Some(&taint()));
+        assert_eq!(m.get("t0"), Some(&cpu()));
+        assert_eq!(
+            counts(&m),
+            vec![
+                ("Insufficient cpu".to_string(), 5),
+                ("node(s) had untolerated taint {k: v}".to_string(), 1)
+            ]
+        );
+        // a fresh map takes replacements before any lookup as well
+        let mut m = NodeToStatus::new();
+        m.insert("a".into(), cpu());
+        m.insert("a".into(), taint());
+        m.insert("b".into(), taint());
+        assert_eq!(m.len(), 2);
+        assert_eq!(
+            counts(&m),
+            vec![("node(s) had untolerated taint {k: v}".to_string(), 2)]
+        );
+        let names: Vec<&str> = m.iter().map(|(n, _)| &**n).collect();
+        assert_eq!(names, ["a", "b"]);
+        // clones keep their records and index
+        let c = m.clone();
+        assert_eq!(c.get("b"), Some(&taint()));
+    }
 }

@@ -40,8 +40,9 @@ pub fn num_feasible_nodes_to_find(percentage: i32, n: usize) -> usize {
 
 struct Entry {
     name: String,
-    /// The name again, shared by the statuses this plugin returns.
-    id: Arc<str>,
+    /// The name again, interned, carried by the statuses this plugin
+    /// returns.
+    id: PluginName,
     plugin: Arc<dyn Plugin>,
     weight: i64,
 }
@@ -69,6 +70,8 @@ pub struct Framework {
     /// Nodes with the pods nominated to them added, kept between cycles
     /// (see [`NominatedCopies`]).
     nominated_copies: std::sync::Mutex<NominatedCopies>,
+    /// Where the nominated nodes are in the snapshot, kept between cycles.
+    nominated_positions: std::sync::Mutex<NominatedPositions>,
     rng: AtomicU64,
 }
 
@@ -254,7 +257,7 @@ impl Framework {
                     ));
                 }
                 list.push(Entry {
-                    id: Arc::from(name.as_str()),
+                    id: PluginName::new(&name),
                     name,
                     plugin: plugin.clone(),
                     weight,
@@ -289,6 +292,7 @@ impl Framework {
             handle,
             next_start: AtomicUsize::new(0),
             nominated_copies: Default::default(),
+            nominated_positions: Default::default(),
             rng: AtomicU64::new(0x9E37_79B9_7F4A_7C15),
         };
         if fw.queue_sort.len() != 1 {
@@ -653,7 +657,7 @@ impl Framework {
             let start = self.next_start.load(Ordering::Relaxed) % n;
             let mut processed = 0;
             // The filters this pod runs, resolved once rather than per node.
-            let active: Vec<(&Arc<str>, &dyn FilterPlugin)> = self
+            let active: Vec<(&PluginName, &dyn FilterPlugin)> = self
                 .filter
                 .iter()
                 .enumerate()
@@ -664,7 +668,11 @@ impl Framework {
             // Each node's entries in the nominated list, found once per
             // cycle (one lookup per nominated node) instead of a search of
             // the list per node.
-            let starts = nominated_starts(snapshot, nominated);
+            let starts = nominated_starts(
+                snapshot,
+                nominated,
+                self.nominated_positions.try_lock().ok().as_deref_mut(),
+            );
             let extensions = !nominated.is_empty() && self.has_active_extensions(state);
             // Without PreFilter extensions a node's copy with its nominated
             // pods does not depend on the incoming pod beyond which pods
@@ -686,7 +694,12 @@ impl Framework {
             // worked out again (filters are pure within a cycle) only when
             // the per-node map is needed (no node fits, or an extender adds
             // to it): most cycles find nodes and would throw them away.
+            // A rejected node's status is kept when it was built anyway
+            // (by the check with its nominated pods).
+            // (Kept apart: most rejected nodes have none, and a failed
+            // cycle records hundreds of indices.)
             let mut failed: Vec<u32> = Vec::new();
+            let mut known: Vec<(u32, Status)> = Vec::new();
             for i in 0..n {
                 let idx = (start + i) % n;
                 let node = &nodes[idx];
@@ -697,31 +710,38 @@ impl Framework {
                 // Only the verdict here: rejected nodes' statuses are
                 // worked out below when needed.
                 let r = if no_filters {
-                    Ok(true)
+                    Ok(None)
                 } else {
                     match pass_filters(&active, state, pod, node) {
                         // A node must pass with and without its nominated
                         // pods: the plain run (no copies) settles most
                         // rejections.
                         Ok(true) if !nominated.is_empty() => match with_nominated(idx, node) {
-                            None => Ok(true),
+                            None => Ok(None),
                             Some(s) => match s.code {
-                                Code::Success => Ok(true),
+                                Code::Success => Ok(None),
                                 Code::Error => Err(s),
-                                _ => Ok(false),
+                                _ => Ok(Some(Some(s))),
                             },
                         },
-                        r => r,
+                        Ok(true) => Ok(None),
+                        Ok(false) => Ok(Some(None)),
+                        Err(s) => Err(s),
                     }
                 };
                 match r {
-                    Ok(true) => {
+                    Ok(None) => {
                         feasible.push(node);
                         if feasible.len() >= want {
                             break;
                         }
                     }
-                    Ok(false) => failed.push(idx as u32),
+                    Ok(Some(status)) => {
+                        failed.push(idx as u32);
+                        if let Some(s) = status {
+                            known.push((idx as u32, s));
+                        }
+                    }
                     Err(s) => return Err(s),
                 }
             }
@@ -729,9 +749,12 @@ impl Framework {
                 .store((start + processed) % n, Ordering::Relaxed);
             if feasible.is_empty() || !self.extenders.is_empty() {
                 statuses.reserve(failed.len());
+                // `known` is in the order of `failed`.
+                let mut known = known.into_iter().peekable();
                 for idx in failed {
                     let node = &nodes[idx as usize];
-                    let s = match with_nominated(idx as usize, node) {
+                    let kept = known.next_if(|(k, _)| *k == idx).map(|(_, s)| s);
+                    let s = match kept.or_else(|| with_nominated(idx as usize, node)) {
                         Some(s) => s,
                         None => match run_filters(&active, state, pod, node) {
                             Ok(()) => continue,
@@ -741,7 +764,8 @@ impl Framework {
                             },
                         },
                     };
-                    statuses.insert(node.id.clone(), s);
+                    // Each node is visited once: no lookup by name.
+                    statuses.insert_new(node.id.clone(), s);
                 }
             }
         }
@@ -821,13 +845,13 @@ impl Framework {
 
     /// PreScore then Score, NormalizeScore and the weighted sum, plus the
     /// extenders' prioritize scores × weight × 10.
-    pub fn run_score(
+    pub fn run_score<'a>(
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        nodes: &[&NodeInfo],
+        nodes: &[&'a NodeInfo],
         snapshot: &Snapshot,
-    ) -> Result<Vec<NodeScore>, Status> {
+    ) -> Result<Vec<NodeScore<'a>>, Status> {
         for e in &self.pre_score {
             let Some(p) = e.plugin.as_pre_score() else {
                 continue;
@@ -841,13 +865,14 @@ impl Framework {
         }
         // One list of names for the plugins' NormalizeScore; the weighted
         // sums are kept apart and written into it at the end.
-        let mut scores: Vec<NodeScore> = nodes
+        let mut scores: Vec<NodeScore<'a>> = nodes
             .iter()
             .map(|n| NodeScore {
-                name: n.id.clone(),
+                name: &n.name,
                 score: 0,
             })
             .collect();
+        let mut raw: Vec<i64> = vec![0; nodes.len()];
         let mut totals: Vec<i64> = vec![0; nodes.len()];
         for e in &self.score {
             if state.skip_score.contains(&e.name) {
@@ -856,12 +881,13 @@ impl Framework {
             let Some(p) = e.plugin.as_score() else {
                 continue;
             };
-            for (slot, n) in scores.iter_mut().zip(nodes) {
-                let (score, s) = p.score(state, pod, n);
-                if !s.is_success() {
-                    return Err(s.with_plugin_id(&e.id));
-                }
-                slot.score = score;
+            // One call per plugin for all nodes (not one per node).
+            let s = p.score_nodes(state, pod, nodes, &mut raw);
+            if !s.is_success() {
+                return Err(s.with_plugin_id(&e.id));
+            }
+            for (slot, r) in scores.iter_mut().zip(&raw) {
+                slot.score = *r;
             }
             let s = p.normalize(state, pod, &mut scores);
             if !s.is_success() {
@@ -885,7 +911,7 @@ impl Framework {
             // Prioritize errors are ignored, as kube-scheduler does.
             if let Ok(list) = ext.prioritize(pod, nodes) {
                 for hp in list {
-                    if let Some(i) = scores.iter().position(|t| *t.name == *hp.host) {
+                    if let Some(i) = scores.iter().position(|t| t.name == hp.host) {
                         totals[i] += hp.score * ext.weight() * (MAX_NODE_SCORE / 10);
                     }
                 }
@@ -1168,22 +1194,89 @@ fn same_arc<T>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
 fn nominated_starts(
     snapshot: &Snapshot,
     nominated: &[(Arc<str>, Arc<PodInfo>)],
+    positions: Option<&mut NominatedPositions>,
 ) -> Vec<(u32, u32)> {
     if nominated.is_empty() {
         return Vec::new();
     }
-    let mut starts = vec![(0, 0); snapshot.nodes().len()];
-    let mut i = 0;
-    while i < nominated.len() {
-        let len = nominated_run(nominated, i).len().max(1);
-        if let Some(idx) = snapshot.index_of(&nominated[i].0)
-            && let Some(slot) = starts.get_mut(idx)
-        {
-            *slot = (i as u32, len as u32);
+    let nodes = snapshot.nodes();
+    let mut starts = vec![(0, 0); nodes.len()];
+    let Some(positions) = positions else {
+        let mut i = 0;
+        while i < nominated.len() {
+            let len = nominated_run(nominated, i).len().max(1);
+            if let Some(idx) = snapshot.index_of(&nominated[i].0)
+                && let Some(slot) = starts.get_mut(idx)
+            {
+                *slot = (i as u32, len as u32);
+            }
+            i += len;
         }
-        i += len;
+        return starts;
+    };
+    // Each entry's node position, then runs of equal positions: the list
+    // is sorted by node name, so one node's entries are adjacent.
+    positions.prune(nominated.len());
+    let mut run: Option<(usize, u32, u32)> = None;
+    for (i, (name, _)) in nominated.iter().enumerate() {
+        let idx = positions.position(snapshot, name);
+        match (&mut run, idx) {
+            (Some((at, _, len)), Some(idx)) if *at == idx => *len += 1,
+            _ => {
+                if let Some((at, first, len)) = run.take()
+                    && let Some(slot) = starts.get_mut(at)
+                {
+                    *slot = (first, len);
+                }
+                run = idx.map(|idx| (idx, i as u32, 1));
+            }
+        }
+    }
+    if let Some((at, first, len)) = run
+        && let Some(slot) = starts.get_mut(at)
+    {
+        *slot = (first, len);
     }
     starts
+}
+
+/// Snapshot positions of the nodes named by nominations, kept between
+/// cycles and keyed by the nomination's shared name (its address): the
+/// queue keeps the same name object for a nomination from one cycle to the
+/// next, so finding its node costs an integer hash instead of hashing and
+/// comparing the name. An entry is used only if the node at the remembered
+/// position is still the one it was made from (the same shared
+/// [`NodeInfo::id`]); the entry holds both names, so neither address can
+/// be reused by another object while it exists.
+#[derive(Default)]
+struct NominatedPositions {
+    map: HashMap<usize, (Arc<str>, Arc<str>, usize), super::topology_counts::FastBuild>,
+}
+
+impl NominatedPositions {
+    /// The position of the node called `name` in `snapshot`, if any.
+    fn position(&mut self, snapshot: &Snapshot, name: &Arc<str>) -> Option<usize> {
+        let nodes = snapshot.nodes();
+        let key = Arc::as_ptr(name) as *const u8 as usize;
+        if let Some((_, id, idx)) = self.map.get(&key)
+            && nodes.get(*idx).is_some_and(|n| Arc::ptr_eq(&n.id, id))
+        {
+            return Some(*idx);
+        }
+        let idx = snapshot.index_of(name)?;
+        let id = nodes.get(idx)?.id.clone();
+        self.map.insert(key, (name.clone(), id, idx));
+        Some(idx)
+    }
+
+    /// Drop entries for nominations that are gone (only this map still
+    /// holds their name) once the map is much larger than the list.
+    fn prune(&mut self, live: usize) {
+        if self.map.len() > 2 * live + 64 {
+            self.map
+                .retain(|_, (name, _, _)| Arc::strong_count(name) > 1);
+        }
+    }
 }
 
 /// The entries of `nominated` for the node of entry `start` (all of them:
@@ -1226,7 +1319,7 @@ fn with_scratch<R>(node: &NodeInfo, f: impl FnOnce(&mut NodeInfo) -> R) -> R {
 /// The resolved filters' verdict on one node without their reasons
 /// ([`FilterPlugin::passes`]): `Err` only for an Error status.
 fn pass_filters(
-    active: &[(&Arc<str>, &dyn FilterPlugin)],
+    active: &[(&PluginName, &dyn FilterPlugin)],
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,
@@ -1242,7 +1335,7 @@ fn pass_filters(
 /// Run resolved filters on one node, stopping at the first rejection: its
 /// index in `active` and its status (the plugin name is added later).
 fn run_filters(
-    active: &[(&Arc<str>, &dyn FilterPlugin)],
+    active: &[(&PluginName, &dyn FilterPlugin)],
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,

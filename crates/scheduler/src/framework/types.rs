@@ -978,7 +978,11 @@ impl NodeInfo {
         if !pod.required_anti_affinity.is_empty() {
             self.pods_with_required_anti_affinity -= 1;
         }
-        if let Some(uid) = counted_controller(&pod)
+        // With no controller counted on this node there is nothing to take
+        // off, and the pod object (its owner references) need not be read:
+        // preemption's dry runs remove pods from node copies by the hundred.
+        if !self.controllers.is_empty()
+            && let Some(uid) = counted_controller(&pod)
             && let Some(n) = self.controllers.get_mut(uid)
         {
             *n -= 1;

@@ -905,8 +905,16 @@ mod tests {
                     );
                 }
                 drop(feasible);
-                match rng.next(4) {
+                match rng.next(5) {
                     0 => {} // nothing changed: the kept copies are used as they are
+                    3 => {
+                        // A node leaves and comes back: the last node moves
+                        // into its place and it is appended, so node
+                        // positions kept from earlier cycles are stale.
+                        let i = rng.next(nodes);
+                        c.handle_input(Input::NodeDelete(format!("n{i}")));
+                        c.handle_input(node(&format!("n{i}"), rng.next(3)));
+                    }
                     1 => {
                         let i = rng.next(nodes);
                         let p = pod(

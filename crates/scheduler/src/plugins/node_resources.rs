@@ -360,7 +360,68 @@ fn requested_and_allocatable(
     }
 }
 
+/// `score` per node (the trait's default `score_nodes`, for the overrides'
+/// general case).
+fn score_each(
+    plugin: &dyn ScorePlugin,
+    state: &CycleState,
+    pod: &PodInfo,
+    nodes: &[&NodeInfo],
+    scores: &mut [i64],
+) -> Status {
+    for (slot, node) in scores.iter_mut().zip(nodes) {
+        let (score, s) = plugin.score(state, pod, node);
+        if !s.is_success() {
+            return s;
+        }
+        *slot = score;
+    }
+    Status::success()
+}
+
 impl ScorePlugin for NodeResourcesFit {
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        scores: &mut [i64],
+    ) -> Status {
+        // The default resources (cpu, memory) under LeastAllocated or
+        // MostAllocated: `score`'s arithmetic with the resource list and
+        // the strategy resolved once per cycle instead of per node.
+        let ([(Kind::Cpu, wc), (Kind::Memory, wm)], Strategy::Least | Strategy::Most) =
+            (self.kinds.as_slice(), self.strategy)
+        else {
+            return score_each(self, state, pod, nodes, scores);
+        };
+        let (wc, wm) = (*wc, *wm);
+        let most = self.strategy == Strategy::Most;
+        let one = |req: i64, alloc: i64| {
+            if most {
+                req.min(alloc) * MAX_NODE_SCORE / alloc
+            } else if req > alloc {
+                0
+            } else {
+                (alloc - req) * MAX_NODE_SCORE / alloc
+            }
+        };
+        for (slot, node) in scores.iter_mut().zip(nodes) {
+            let a = &node.allocatable;
+            let (mut total, mut weights) = (0i64, 0i64);
+            if a.milli_cpu != 0 {
+                total += one(node.non_zero_cpu + pod.non_zero_cpu, a.milli_cpu) * wc;
+                weights += wc;
+            }
+            if a.memory != 0 {
+                total += one(node.non_zero_memory + pod.non_zero_memory, a.memory) * wm;
+                weights += wm;
+            }
+            *slot = if weights == 0 { 0 } else { total / weights };
+        }
+        Status::success()
+    }
+
     fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (i64, Status) {
         let mut total = 0i64;
         let mut weights = 0i64;
@@ -452,6 +513,34 @@ impl PreScorePlugin for BalancedAllocation {
 }
 
 impl ScorePlugin for BalancedAllocation {
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        scores: &mut [i64],
+    ) -> Status {
+        // The default resources (cpu, memory): `score`'s arithmetic for two
+        // fractions with the resource list resolved once per cycle.
+        let [(Kind::Cpu, _), (Kind::Memory, _)] = self.kinds.as_slice() else {
+            return score_each(self, state, pod, nodes, scores);
+        };
+        let (pc, pm) = (pod.requests.milli_cpu, pod.requests.memory);
+        for (slot, node) in scores.iter_mut().zip(nodes) {
+            let (a, r) = (&node.allocatable, &node.requested);
+            // One resource (or none) with a capacity: no deviation.
+            let std = if a.milli_cpu != 0 && a.memory != 0 {
+                let fc = ((r.milli_cpu + pc) as f64 / a.milli_cpu as f64).min(1.0);
+                let fm = ((r.memory + pm) as f64 / a.memory as f64).min(1.0);
+                (fc - fm).abs() / 2.0
+            } else {
+                0.0
+            };
+            *slot = ((1.0 - std) * MAX_NODE_SCORE as f64) as i64;
+        }
+        Status::success()
+    }
+
     fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> (i64, Status) {
         let mut fractions = [0f64; 8];
         let mut n = 0;
@@ -479,5 +568,132 @@ impl ScorePlugin for BalancedAllocation {
             ((1.0 - std) * MAX_NODE_SCORE as f64) as i64,
             Status::success(),
         )
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::framework::{NodeInfo, PodInfo};
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+    use std::sync::Arc;
+
+    /// A small deterministic generator (xorshift64*).
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+        }
+    }
+
+    fn pod(rng: &mut Rng, i: usize) -> Arc<PodInfo> {
+        let mut requests = serde_json::Map::new();
+        // Missing requests count with the scoring defaults (non-zero).
+        if rng.below(4) != 0 {
+            requests.insert("cpu".into(), json!(format!("{}m", rng.below(3000))));
+        }
+        if rng.below(4) != 0 {
+            requests.insert("memory".into(), json!(format!("{}Mi", rng.below(20_000))));
+        }
+        if rng.below(3) == 0 {
+            requests.insert("nvidia.com/gpu".into(), json!(rng.below(3).to_string()));
+        }
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("p{i}"), "namespace": "default", "uid": format!("p{i}")},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]}
+        }))
+        .unwrap();
+        Arc::new(PodInfo::new(Arc::new(p)))
+    }
+
+    /// Nodes with random capacities (some zero or missing, so the
+    /// `alloc == 0` branches run) and random pods on them (some nodes
+    /// overcommitted, so `req > alloc` runs).
+    fn node(rng: &mut Rng, i: usize) -> NodeInfo {
+        let mut alloc = serde_json::Map::new();
+        if rng.below(6) != 0 {
+            alloc.insert("cpu".into(), json!(format!("{}m", rng.below(8000))));
+        }
+        if rng.below(6) != 0 {
+            alloc.insert("memory".into(), json!(format!("{}Mi", rng.below(64_000))));
+        }
+        if rng.below(2) == 0 {
+            alloc.insert("nvidia.com/gpu".into(), json!(rng.below(8).to_string()));
+        }
+        alloc.insert("pods".into(), json!("110"));
+        let n: Node = serde_json::from_value(json!({
+            "metadata": {"name": format!("n{i}")},
+            "status": {"allocatable": alloc}
+        }))
+        .unwrap();
+        let mut info = NodeInfo::new(Arc::new(n));
+        for j in 0..rng.below(6) as usize {
+            info.add_pod(pod(rng, i * 100 + j));
+        }
+        info
+    }
+
+    /// `score_nodes` (the per-cycle fast paths for the default resources)
+    /// gives exactly the per-node `score`, for every strategy and for
+    /// non-default resource lists (which take the general path).
+    #[test]
+    fn score_nodes_equals_score_per_node() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let nodes: Vec<NodeInfo> = (0..300).map(|i| node(&mut rng, i)).collect();
+        let nodes: Vec<&NodeInfo> = nodes.iter().collect();
+        let fits = [
+            json!({}),
+            json!({"scoringStrategy": {"type": "MostAllocated"}}),
+            json!({"scoringStrategy": {"type": "LeastAllocated", "resources": [
+                {"name": "cpu", "weight": 3}, {"name": "memory", "weight": 5}]}}),
+            json!({"scoringStrategy": {"type": "MostAllocated", "resources": [
+                {"name": "cpu", "weight": 2}, {"name": "memory", "weight": 1}]}}),
+            json!({"scoringStrategy": {"type": "LeastAllocated", "resources": [
+                {"name": "memory", "weight": 1}, {"name": "cpu", "weight": 1}]}}),
+            json!({"scoringStrategy": {"type": "LeastAllocated", "resources": [
+                {"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1},
+                {"name": "nvidia.com/gpu", "weight": 4}]}}),
+            json!({"scoringStrategy": {"type": "RequestedToCapacityRatio",
+                "requestedToCapacityRatio": {"shape": [
+                    {"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]}}}),
+        ];
+        let balanced = [
+            json!({}),
+            json!({"resources": [{"name": "memory", "weight": 1}, {"name": "cpu", "weight": 1}]}),
+            json!({"resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1},
+                {"name": "nvidia.com/gpu", "weight": 1}]}),
+        ];
+        let mut plugins: Vec<Box<dyn ScorePlugin>> = Vec::new();
+        for a in &fits {
+            plugins.push(Box::new(NodeResourcesFit::new(Some(a), vec![]).unwrap()));
+        }
+        for a in &balanced {
+            plugins.push(Box::new(BalancedAllocation::new(Some(a)).unwrap()));
+        }
+        let state = CycleState::default();
+        let mut distinct = std::collections::HashSet::new();
+        for i in 0..40 {
+            let incoming = pod(&mut rng, 1_000_000 + i);
+            for p in &plugins {
+                let mut batch = vec![-1; nodes.len()];
+                assert!(
+                    p.score_nodes(&state, &incoming, &nodes, &mut batch)
+                        .is_success()
+                );
+                for (n, got) in nodes.iter().zip(&batch) {
+                    let (want, s) = p.score(&state, &incoming, n);
+                    assert!(s.is_success());
+                    assert_eq!(*got, want, "{} on {}", p.name(), n.name);
+                    distinct.insert(want);
+                }
+            }
+        }
+        // The inputs reach many different scores, not one constant.
+        assert!(distinct.len() > 50, "{}", distinct.len());
     }
 }
