@@ -259,7 +259,7 @@ impl SchedulerBuilder {
             tx,
             rx,
             reports: None,
-            binds: bind_dispatcher(&runtime),
+            runtime,
             metrics: Arc::new(Metrics::default()),
             handle,
             cycles: 0,
@@ -349,11 +349,7 @@ pub struct SchedulerCore {
     tx: Sender<Input>,
     rx: Receiver<Input>,
     reports: Option<tokio::sync::mpsc::UnboundedSender<Report>>,
-    /// Binding cycles, handed to a task on the runtime that spawns them
-    /// there: a spawn from this (non-runtime) thread wakes a parked worker
-    /// each time, a channel send wakes the dispatcher only when it is idle,
-    /// so under load many binding cycles cost one wake-up.
-    binds: tokio::sync::mpsc::UnboundedSender<BindingCycle>,
+    runtime: tokio::runtime::Handle,
     metrics: Arc<Metrics>,
     handle: Handle,
     cycles: u64,
@@ -846,7 +842,7 @@ impl SchedulerCore {
         let tx = self.tx.clone();
         let state = Arc::new(state);
         let node2 = node.clone();
-        let cycle: BindingCycle = Box::pin(async move {
+        self.runtime.spawn(async move {
             let s = fw
                 .clone()
                 .run_binding_cycle(state.clone(), pod.clone(), node2.clone(), wait)
@@ -870,28 +866,8 @@ impl SchedulerCore {
                 });
             }
         });
-        // The dispatcher lives as long as this core's sender; if the runtime
-        // is shutting down the cycle is dropped, as a spawn would be.
-        let _ = self.binds.send(cycle);
         CycleOutcome::Assumed(node)
     }
-}
-
-/// One pod's binding cycle, run on the runtime.
-type BindingCycle = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// Start the task that spawns binding cycles on `runtime` as they arrive;
-/// it ends when the sender is dropped (with the scheduling core).
-fn bind_dispatcher(
-    runtime: &tokio::runtime::Handle,
-) -> tokio::sync::mpsc::UnboundedSender<BindingCycle> {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<BindingCycle>();
-    runtime.spawn(async move {
-        while let Some(cycle) = rx.recv().await {
-            tokio::spawn(cycle);
-        }
-    });
-    tx
 }
 
 enum Failure {
