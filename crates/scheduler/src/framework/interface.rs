@@ -773,6 +773,26 @@ pub struct NodeScore<'a> {
     pub score: i64,
 }
 
+/// [`ScorePlugin::score`] per node into `scores[i]` for `nodes[i]`, stopping
+/// at the first status that is not Success: the default `score_nodes`, and
+/// the general case of plugins that override it for their common case.
+pub fn score_each_node<P: ScorePlugin + ?Sized>(
+    plugin: &P,
+    state: &CycleState,
+    pod: &PodInfo,
+    nodes: &[&NodeInfo],
+    scores: &mut [i64],
+) -> Status {
+    for (slot, node) in scores.iter_mut().zip(nodes) {
+        let (score, s) = plugin.score(state, pod, node);
+        if !s.is_success() {
+            return s;
+        }
+        *slot = score;
+    }
+    Status::success()
+}
+
 /// **Score**: ranks feasible nodes. Scores are normalized to 0..=100 (by
 /// [`ScorePlugin::normalize`] when provided), then multiplied by the
 /// plugin's weight and summed.
@@ -792,14 +812,7 @@ pub trait ScorePlugin: Plugin {
         nodes: &[&NodeInfo],
         scores: &mut [i64],
     ) -> Status {
-        for (slot, node) in scores.iter_mut().zip(nodes) {
-            let (score, s) = self.score(state, pod, node);
-            if !s.is_success() {
-                return s;
-            }
-            *slot = score;
-        }
-        Status::success()
+        score_each_node(self, state, pod, nodes, scores)
     }
     /// Bring all scores into 0..=100 (the NormalizeScore extension). Default:
     /// scores are already in range.

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use super::helper::{decode_args, plugin};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, NodeInfo, PodInfo, PreScorePlugin,
-    ScorePlugin, Snapshot, Status,
+    ScorePlugin, Snapshot, Status, score_each_node,
 };
 
 /// A resource and its weight in scoring.
@@ -360,23 +360,16 @@ fn requested_and_allocatable(
     }
 }
 
-/// `score` per node (the trait's default `score_nodes`, for the overrides'
-/// general case).
-fn score_each(
-    plugin: &dyn ScorePlugin,
-    state: &CycleState,
-    pod: &PodInfo,
-    nodes: &[&NodeInfo],
-    scores: &mut [i64],
-) -> Status {
-    for (slot, node) in scores.iter_mut().zip(nodes) {
-        let (score, s) = plugin.score(state, pod, node);
-        if !s.is_success() {
-            return s;
-        }
-        *slot = score;
+/// LeastAllocated's or MostAllocated's 0..=100 score for one resource
+/// (`alloc` > 0).
+fn allocated_score(most: bool, req: i64, alloc: i64) -> i64 {
+    if most {
+        req.min(alloc) * MAX_NODE_SCORE / alloc
+    } else if req > alloc {
+        0
+    } else {
+        (alloc - req) * MAX_NODE_SCORE / alloc
     }
-    Status::success()
 }
 
 impl ScorePlugin for NodeResourcesFit {
@@ -393,19 +386,11 @@ impl ScorePlugin for NodeResourcesFit {
         let ([(Kind::Cpu, wc), (Kind::Memory, wm)], Strategy::Least | Strategy::Most) =
             (self.kinds.as_slice(), self.strategy)
         else {
-            return score_each(self, state, pod, nodes, scores);
+            return score_each_node(self, state, pod, nodes, scores);
         };
         let (wc, wm) = (*wc, *wm);
         let most = self.strategy == Strategy::Most;
-        let one = |req: i64, alloc: i64| {
-            if most {
-                req.min(alloc) * MAX_NODE_SCORE / alloc
-            } else if req > alloc {
-                0
-            } else {
-                (alloc - req) * MAX_NODE_SCORE / alloc
-            }
-        };
+        let one = |req: i64, alloc: i64| allocated_score(most, req, alloc);
         for (slot, node) in scores.iter_mut().zip(nodes) {
             let a = &node.allocatable;
             let (mut total, mut weights) = (0i64, 0i64);
@@ -436,14 +421,8 @@ impl ScorePlugin for NodeResourcesFit {
                 continue;
             }
             let s = match self.strategy {
-                Strategy::Least => {
-                    if req > alloc {
-                        0
-                    } else {
-                        (alloc - req) * MAX_NODE_SCORE / alloc
-                    }
-                }
-                Strategy::Most => req.min(alloc) * MAX_NODE_SCORE / alloc,
+                Strategy::Least => allocated_score(false, req, alloc),
+                Strategy::Most => allocated_score(true, req, alloc),
                 Strategy::Ratio => self.ratio(req, alloc),
             };
             total += s * weight;
@@ -523,7 +502,7 @@ impl ScorePlugin for BalancedAllocation {
         // The default resources (cpu, memory): `score`'s arithmetic for two
         // fractions with the resource list resolved once per cycle.
         let [(Kind::Cpu, _), (Kind::Memory, _)] = self.kinds.as_slice() else {
-            return score_each(self, state, pod, nodes, scores);
+            return score_each_node(self, state, pod, nodes, scores);
         };
         let (pc, pm) = (pod.requests.milli_cpu, pod.requests.memory);
         for (slot, node) in scores.iter_mut().zip(nodes) {
