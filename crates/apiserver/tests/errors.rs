@@ -32,6 +32,23 @@ async fn call(
     (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
+/// The events of a watch request that ends by itself (`timeoutSeconds`),
+/// one JSON object per line.
+async fn watch_events(server: &ApiServer, req: Request<Full<Bytes>>) -> Vec<Value> {
+    let body = server
+        .handle(req)
+        .await
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    body.split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("json"))
+        .collect()
+}
+
 fn reason(v: &Value) -> &str {
     v.get("reason").and_then(Value::as_str).unwrap_or_default()
 }
@@ -252,19 +269,7 @@ async fn streaming_list_ends_with_the_initial_events_bookmark() {
     let req = Request::get("/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1")
         .body(Full::new(Bytes::new()))
         .expect("req");
-    let body = server
-        .handle(req)
-        .await
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    let events: Vec<Value> = body
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_slice(l).expect("json"))
-        .collect();
+    let events = watch_events(&server, req).await;
     assert_eq!(events.len(), 4, "{events:?}");
     assert!(events[..3].iter().all(|e| e["type"] == "ADDED"));
     assert_eq!(events[3]["type"], "BOOKMARK");
@@ -611,16 +616,7 @@ async fn bookmarks_of_a_quiet_watch_move_with_the_store() {
     .expect("req");
     let watch = {
         let server = server.clone();
-        tokio::spawn(async move {
-            server
-                .handle(req)
-                .await
-                .into_body()
-                .collect()
-                .await
-                .expect("body")
-                .to_bytes()
-        })
+        tokio::spawn(async move { watch_events(&server, req).await })
     };
     let mut last = 0u64;
     for i in 0..20 {
@@ -636,12 +632,7 @@ async fn bookmarks_of_a_quiet_watch_move_with_the_store() {
             .and_then(|r| r.parse().ok())
             .expect("numeric rv");
     }
-    let body = watch.await.expect("watch task");
-    let events: Vec<Value> = body
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_slice(l).expect("json"))
-        .collect();
+    let events = watch.await.expect("watch task");
     assert!(
         events.iter().all(|e| e["type"] == "BOOKMARK"),
         "only bookmarks on a quiet resource: {events:?}"
