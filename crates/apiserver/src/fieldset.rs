@@ -1937,7 +1937,12 @@ fn track(ctx: &Ctx<'_>, old: Option<&Value>, obj: &mut Value, sub: Sub) -> ApiRe
     Ok(())
 }
 
-fn map_eq_ignoring(a: &Map<String, Value>, b: &Map<String, Value>, ignore: &[&str]) -> bool {
+/// Whether two maps are equal but for the keys in `ignore`.
+pub(crate) fn map_eq_ignoring(
+    a: &Map<String, Value>,
+    b: &Map<String, Value>,
+    ignore: &[&str],
+) -> bool {
     let count = |m: &Map<String, Value>| m.keys().filter(|k| !ignore.contains(&k.as_str())).count();
     count(a) == count(b)
         && a.iter()

@@ -1053,17 +1053,13 @@ fn status_update(mut obj: Value, old: &Value) -> Value {
                 continue;
             }
             let kept = match (k.as_str(), req.remove(k)) {
-                // metadata: the stored one, with the request's managedFields
-                // put back below.
-                ("metadata", Some(mut m)) => {
-                    if let Some(meta) = m.as_object_mut() {
-                        meta.remove("managedFields");
-                    }
-                    let mut stored = v.clone();
-                    if let Some(meta) = stored.as_object_mut() {
-                        meta.remove("managedFields");
-                    }
-                    if m == stored { m } else { stored }
+                // metadata: the stored one; managedFields are set below.
+                ("metadata", Some(Value::Object(m)))
+                    if v.as_object().is_some_and(|stored| {
+                        crate::fieldset::map_eq_ignoring(&m, stored, &["managedFields"])
+                    }) =>
+                {
+                    Value::Object(m)
                 }
                 (_, Some(mine)) if mine == *v => mine,
                 _ => v.clone(),

@@ -119,23 +119,22 @@ pub(crate) fn deletion_order(a: &Pod, b: &Pod) -> Ordering {
 async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<super::Shared>) -> Result<Action, ReconcileError> {
     let ctx: &Ctx = &ctx;
     let key = format!("rs/{}", key_of(&rs.metadata));
-    if rs.metadata.deletion_timestamp.is_some() {
-        ctx.expectations.forget(&key);
-        ctx.pacer.forget(&key);
-        return Ok(Action::await_change());
-    }
     let replicas = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let share = f64::from(replicas.clamp(0, 1000)) / 1000.0;
-    ctx.pacer
+    let waited = ctx
+        .pacer
         .pace(&key, ctx.opts.replicaset_sync_interval.mul_f64(share))
         .await;
-    // Read the latest object: it may have changed while this sync waited.
-    let rs = match ctx.replicasets.get(&ObjectRef::from_obj(&*rs)) {
-        Some(latest) => latest,
-        None => {
-            ctx.pacer.forget(&key);
-            return Ok(Action::await_change());
-        }
+    // After a wait, read the latest object: it may have changed meanwhile.
+    let rs = match waited {
+        false => rs,
+        true => match ctx.replicasets.get(&ObjectRef::from_obj(&*rs)) {
+            Some(latest) => latest,
+            None => {
+                ctx.pacer.forget(&key);
+                return Ok(Action::await_change());
+            }
+        },
     };
     if rs.metadata.deletion_timestamp.is_some() {
         ctx.expectations.forget(&key);

@@ -36,10 +36,10 @@ pub(crate) struct Pacer {
 
 impl Pacer {
     /// Wait until `every` has passed since the last sync of `key` began,
-    /// then record this one.
-    pub(crate) async fn pace(&self, key: &str, every: Duration) {
+    /// then record this one; whether it waited.
+    pub(crate) async fn pace(&self, key: &str, every: Duration) -> bool {
         if every.is_zero() {
-            return;
+            return false;
         }
         let next = {
             let mut m = lock(&self.last);
@@ -51,6 +51,7 @@ impl Pacer {
         if let Some(at) = next {
             tokio::time::sleep_until(at).await;
         }
+        next.is_some()
     }
 
     /// Forget `key` (the object is gone).
@@ -443,29 +444,29 @@ mod tests {
         let p = Pacer::default();
         let every = Duration::from_millis(100);
         let t0 = tokio::time::Instant::now();
-        p.pace("rs/a", every).await;
+        assert!(!p.pace("rs/a", every).await);
         assert_eq!(
             t0.elapsed(),
             Duration::ZERO,
             "the first sync is not delayed"
         );
-        p.pace("rs/b", every).await;
+        assert!(!p.pace("rs/b", every).await);
         assert_eq!(t0.elapsed(), Duration::ZERO, "another key is not delayed");
         tokio::time::advance(Duration::from_millis(30)).await;
-        p.pace("rs/a", every).await;
+        assert!(p.pace("rs/a", every).await);
         assert_eq!(t0.elapsed(), every, "the second waits out the interval");
         tokio::time::advance(Duration::from_millis(250)).await;
         let t1 = tokio::time::Instant::now();
-        p.pace("rs/a", every).await;
+        assert!(!p.pace("rs/a", every).await);
         assert_eq!(t1.elapsed(), Duration::ZERO, "after a quiet spell no wait");
         p.forget("rs/a");
-        p.pace("rs/a", every).await;
+        assert!(!p.pace("rs/a", every).await);
         assert_eq!(
             t1.elapsed(),
             Duration::ZERO,
             "a forgotten key starts afresh"
         );
-        p.pace("rs/a", Duration::ZERO).await;
+        assert!(!p.pace("rs/a", Duration::ZERO).await);
         assert_eq!(t1.elapsed(), Duration::ZERO, "zero means no pacing");
     }
 
