@@ -40,9 +40,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Client;
-use kube::api::{
-    Api, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams, Preconditions,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use serde_json::{Value, json};
@@ -50,6 +48,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::catalog::{Catalog, Resource};
+use crate::gc_object::GcObject;
 use crate::queue::Queue;
 use crate::{Error, Stop, is_conflict, is_not_found, send_discard};
 
@@ -364,7 +363,7 @@ impl Shared {
 /// Watch one resource's metadata into the graph.
 async fn monitor(s: Arc<Shared>, res: Arc<Resource>) {
     let key: Arc<str> = res.key().into();
-    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(s.client.clone(), &res.ar);
+    let api: Api<GcObject> = Api::all_with(s.client.clone(), &res.ar);
     let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
