@@ -11,11 +11,12 @@
 //! encoding and shared by every reader while anyone still holds it, and for
 //! about a second after the last reader lets it go (the informer drops
 //! unheld decoded objects every [`TRIM_EVERY`]), so a burst of reads of one
-//! object decodes it once. With
+//! object decodes it once. The shelf remembers which slots hold a decoded
+//! object, so a trim visits those, not every cached object. With
 //! [`compact_cache(false)`](crate::ManagerBuilder::compact_cache) objects
 //! are kept decoded, as kube-runtime's `Store` does.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -73,17 +74,30 @@ impl<K: Cacheable> Slot<K> {
 
     /// The object, decoded if need be (and then kept hot).
     pub(crate) fn object(&self) -> Option<Arc<K>> {
+        self.object_noting().map(|(o, _)| o)
+    }
+
+    /// The object, and whether this call decoded it (the slot turned hot).
+    fn object_noting(&self) -> Option<(Arc<K>, bool)> {
         match self {
-            Slot::Typed(o) => Some(o.clone()),
+            Slot::Typed(o) => Some((o.clone(), false)),
             Slot::Compact { json, hot } => {
                 let mut hot = lock(hot);
                 if let Some(o) = &*hot {
-                    return Some(o.clone());
+                    return Some((o.clone(), false));
                 }
                 let o = Arc::new(decode::<K>(json)?);
                 *hot = Some(o.clone());
-                Some(o)
+                Some((o, true))
             }
+        }
+    }
+
+    /// Whether the slot holds a decoded copy beside its encoding.
+    fn is_hot(&self) -> bool {
+        match self {
+            Slot::Typed(_) => false,
+            Slot::Compact { hot, .. } => lock(hot).is_some(),
         }
     }
 
@@ -104,12 +118,17 @@ impl<K: Cacheable> Slot<K> {
         }
     }
 
-    /// Drop the decoded object if the slot is its only holder.
-    fn trim(&self) {
-        if let Slot::Compact { hot, .. } = self {
-            let mut hot = lock(hot);
-            if hot.as_ref().is_some_and(|o| Arc::strong_count(o) == 1) {
-                *hot = None;
+    /// Drop the decoded object if the slot is its only holder; returns
+    /// whether a decoded copy is still kept (someone holds it).
+    fn trim(&self) -> bool {
+        match self {
+            Slot::Typed(_) => false,
+            Slot::Compact { hot, .. } => {
+                let mut hot = lock(hot);
+                if hot.as_ref().is_some_and(|o| Arc::strong_count(o) == 1) {
+                    *hot = None;
+                }
+                hot.is_some()
             }
         }
     }
@@ -142,6 +161,9 @@ type Map<K> = HashMap<ObjectRef<K>, Slot<K>>;
 /// The shared state behind [`Cache`] handles; written by the informer.
 pub(crate) struct Shelf<K: Cacheable> {
     map: RwLock<Map<K>>,
+    /// Keys whose slot may hold a decoded copy: what a trim visits. Taken
+    /// after `map` when both are held.
+    hot: Mutex<HashSet<ObjectRef<K>>>,
     compact: bool,
     kind: String,
 }
@@ -150,6 +172,7 @@ impl<K: Cacheable> Shelf<K> {
     pub(crate) fn new(compact: bool, kind: String) -> Shelf<K> {
         Shelf {
             map: RwLock::new(HashMap::new()),
+            hot: Mutex::new(HashSet::new()),
             compact,
             kind,
         }
@@ -175,7 +198,15 @@ impl<K: Cacheable> Shelf<K> {
 
     /// Insert or replace; returns the previous slot.
     pub(crate) fn insert(&self, key: ObjectRef<K>, slot: Slot<K>) -> Option<Slot<K>> {
+        if slot.is_hot() {
+            self.note_hot(key.clone());
+        }
         self.write().insert(key, slot)
+    }
+
+    /// Remember that `key`'s slot holds a decoded copy.
+    fn note_hot(&self, key: ObjectRef<K>) {
+        lock(&self.hot).insert(key);
     }
 
     pub(crate) fn remove(&self, key: &ObjectRef<K>) -> Option<Slot<K>> {
@@ -184,14 +215,40 @@ impl<K: Cacheable> Shelf<K> {
 
     /// Swap in a freshly listed state; returns the previous one.
     pub(crate) fn replace(&self, fresh: Map<K>) -> Map<K> {
-        std::mem::replace(&mut *self.write(), fresh)
+        let hot: HashSet<ObjectRef<K>> = fresh
+            .iter()
+            .filter(|(_, s)| s.is_hot())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let before = std::mem::replace(&mut *self.write(), fresh);
+        *lock(&self.hot) = hot;
+        before
     }
 
-    /// Drop decoded objects nobody else holds.
+    /// Drop decoded objects nobody else holds (visiting only the slots
+    /// noted hot).
     pub(crate) fn trim(&self) {
-        if self.compact {
-            self.read().values().for_each(Slot::trim);
+        if !self.compact {
+            return;
         }
+        let noted = std::mem::take(&mut *lock(&self.hot));
+        if noted.is_empty() {
+            return;
+        }
+        let still: Vec<ObjectRef<K>> = {
+            let map = self.read();
+            noted
+                .into_iter()
+                .filter(|k| map.get(k).is_some_and(Slot::trim))
+                .collect()
+        };
+        lock(&self.hot).extend(still);
+    }
+
+    /// How many slots are noted as holding a decoded copy.
+    #[cfg(test)]
+    fn noted_hot(&self) -> usize {
+        lock(&self.hot).len()
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -265,7 +322,11 @@ impl<K: Cacheable> Cache<K> {
             }
             None => return None,
         };
-        slot.object()
+        let (o, decoded) = slot.object_noting()?;
+        if decoded {
+            self.shelf.note_hot(key.clone());
+        }
+        Some(o)
     }
 
     /// Whether `key` is cached (no decoding).
@@ -289,32 +350,54 @@ impl<K: Cacheable> Cache<K> {
     /// All cached objects (each decoded if it is not in use already).
     #[must_use]
     pub fn state(&self) -> Vec<Arc<K>> {
-        self.shelf
-            .read()
-            .values()
-            .filter_map(Slot::object)
-            .collect()
+        self.state_filter(|_| true)
     }
 
     /// The cached objects `predicate` accepts.
     #[must_use]
     pub fn state_filter(&self, predicate: impl Fn(&K) -> bool) -> Vec<Arc<K>> {
-        self.shelf
-            .read()
-            .values()
-            .filter_map(Slot::object)
-            .filter(|o| predicate(o))
-            .collect()
+        let mut out = Vec::new();
+        self.walk(|o| {
+            if predicate(o) {
+                out.push(o.clone());
+            }
+            false
+        });
+        out
     }
 
     /// A cached object `predicate` accepts.
     #[must_use]
     pub fn find(&self, predicate: impl Fn(&K) -> bool) -> Option<Arc<K>> {
-        self.shelf
-            .read()
-            .values()
-            .filter_map(Slot::object)
-            .find(|o| predicate(o))
+        let mut found = None;
+        self.walk(|o| {
+            if predicate(o) {
+                found = Some(o.clone());
+            }
+            found.is_some()
+        });
+        found
+    }
+
+    /// Visit cached objects (decoding as need be) until `visit` returns
+    /// true; slots this decodes are noted for the next trim.
+    fn walk(&self, mut visit: impl FnMut(&Arc<K>) -> bool) {
+        let map = self.shelf.read();
+        let mut decoded = Vec::new();
+        for (key, slot) in map.iter() {
+            let Some((o, fresh)) = slot.object_noting() else {
+                continue;
+            };
+            if fresh {
+                decoded.push(key.clone());
+            }
+            if visit(&o) {
+                break;
+            }
+        }
+        if !decoded.is_empty() {
+            lock(&self.shelf.hot).extend(decoded);
+        }
     }
 
     /// How many objects are cached.
@@ -344,6 +427,7 @@ impl<K: Cacheable> Cache<K> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
@@ -390,6 +474,52 @@ mod tests {
         assert!(cache.contains(&r));
         assert!(!cache.contains(&ObjectRef::new("b").within("ns")));
         assert_eq!(cache.keys(), vec![r]);
+    }
+
+    #[test]
+    fn a_trim_visits_the_noted_hot_slots_and_drops_the_unheld_copies() {
+        let (shelf, cache, _tx) = cache(true);
+        for (n, hot) in [("a", true), ("b", false), ("c", false)] {
+            let o = cm(n, "1");
+            shelf.insert(key_of(&o), shelf.slot(Arc::new(o), hot));
+        }
+        // Inserted hot: noted; the others are not decoded yet.
+        assert_eq!(shelf.noted_hot(), 1);
+        let b = ObjectRef::new("b").within("ns");
+        let held = cache.get(&b).unwrap();
+        assert_eq!(shelf.noted_hot(), 2);
+        // A walk notes what it decodes (c), not what was hot already.
+        let found = cache.find(|o| o.metadata.name.as_deref() == Some("c"));
+        assert!(found.is_some());
+        assert_eq!(shelf.noted_hot(), 3);
+        drop(found);
+        // a and c are held by nobody: dropped and forgotten; b stays noted.
+        cache.trim();
+        assert_eq!(shelf.noted_hot(), 1);
+        let again = cache.get(&b).unwrap();
+        assert!(Arc::ptr_eq(&held, &again));
+        let a = ObjectRef::new("a").within("ns");
+        let a1 = cache.get(&a).unwrap();
+        let a2 = cache.get(&a).unwrap();
+        assert!(Arc::ptr_eq(&a1, &a2));
+        drop((a1, a2));
+        cache.trim();
+        // The unheld copy of a was dropped: the next read decodes anew,
+        // while b's copy, still held, is shared.
+        let probe = cache.get(&a).unwrap();
+        assert_eq!(shelf.noted_hot(), 2);
+        drop((held, again));
+        cache.trim();
+        assert_eq!(shelf.noted_hot(), 1, "only a (held by probe) stays noted");
+        drop(probe);
+        cache.trim();
+        assert_eq!(shelf.noted_hot(), 0);
+        // A relist notes the hot slots of the fresh state only.
+        let d = cm("d", "1");
+        let mut fresh = HashMap::new();
+        fresh.insert(key_of(&d), shelf.slot(Arc::new(d), true));
+        drop(shelf.replace(fresh));
+        assert_eq!(shelf.noted_hot(), 1);
     }
 
     #[test]
