@@ -153,6 +153,26 @@ impl Snapshot {
             .get(&self.nodes, namespace, matcher, key, required)
     }
 
+    /// As [`topology_counts`](Self::topology_counts) for a well-known key
+    /// (`None` for another key): the counts indexed by the interned value
+    /// id, as in the [`NodeInfo::topology_ids`] this snapshot stamps (an id
+    /// past the end counts 0). With `unique`, `None` too when two counted
+    /// nodes share a value.
+    pub fn topology_counts_by_id(
+        &self,
+        namespace: &str,
+        matcher: &PodMatcher,
+        key: &str,
+        required: &[String],
+        unique: bool,
+    ) -> Option<Vec<i64>> {
+        self.topology
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_by_id(&self.nodes, namespace, matcher, key, required, unique)
+    }
+
     /// This snapshot's id and the interned id of `value` for the well-known
     /// topology key at `key_index` in [`WELL_KNOWN_TOPOLOGY_KEYS`] (`None`
     /// when no node has that value), to compare with

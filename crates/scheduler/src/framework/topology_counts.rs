@@ -9,7 +9,14 @@
 //! constraint builds an entry by one scan; from then on the snapshot keeps it
 //! right as pods are added/removed and nodes are added, relabelled or
 //! removed. Entries not asked for in a while are dropped (at most
-//! [`MAX_ENTRIES`] are kept), so the per-pod bookkeeping stays small.
+//! [`MAX_ENTRIES`] are kept). Entries of the "same controller" matcher (the
+//! system default constraints: one per workload, hundreds in a large
+//! cluster) are indexed by controller UID, so a pod added or removed
+//! touches its own controller's entries only, and are built from the
+//! nodes' per-controller counts, not by scanning every pod. For a
+//! well-known key an entry also keeps its counts by the snapshot's interned
+//! value id ([`NodeInfo::topology_ids`]), which is how the hostname counts
+//! of the default constraints are read per scored node.
 //!
 //! [`Snapshot`]: super::Snapshot
 
@@ -19,10 +26,10 @@ use std::sync::Arc;
 
 use kubeforge_apimachinery::labels::Selector;
 
-use super::types::{AffinityTerm, NodeInfo, PodInfo};
+use super::types::{AffinityTerm, NO_TOPOLOGY_VALUE, NodeInfo, PodInfo, well_known_key_index};
 
 /// How many (constraint → counts) entries are kept at most.
-pub const MAX_ENTRIES: usize = 256;
+pub const MAX_ENTRIES: usize = 1024;
 
 /// Which existing pods a constraint counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +37,8 @@ pub enum PodMatcher {
     /// Pods whose labels match a selector.
     Labels(Selector),
     /// Pods whose controller owner reference has this UID (the system
-    /// default constraints).
+    /// default constraints). The UID names one object, whose pods are in
+    /// its namespace, so the namespace is not compared.
     Controller(String),
     /// Pods an inter-pod (anti-)affinity term selects (its own namespaces;
     /// terminating pods count, as in kube-scheduler's InterPodAffinity).
@@ -41,16 +49,14 @@ impl PodMatcher {
     /// Whether an existing pod in `namespace` is counted: same namespace, not
     /// terminating, and matched (kube-scheduler's `countPodsMatchSelector`).
     pub fn counts(&self, namespace: &str, pod: &PodInfo) -> bool {
-        if let PodMatcher::Term(t) = self {
-            return t.matches(pod);
-        }
-        if pod.namespace != namespace || pod.pod.metadata.deletion_timestamp.is_some() {
-            return false;
-        }
         match self {
-            PodMatcher::Labels(s) => s.matches(&pod.labels),
-            PodMatcher::Controller(uid) => controller_uid(pod) == Some(uid.as_str()),
-            PodMatcher::Term(_) => false,
+            PodMatcher::Term(t) => t.matches(pod),
+            PodMatcher::Controller(uid) => counted_controller(pod) == Some(uid.as_str()),
+            PodMatcher::Labels(s) => {
+                pod.namespace == namespace
+                    && pod.pod.metadata.deletion_timestamp.is_none()
+                    && s.matches(&pod.labels)
+            }
         }
     }
 }
@@ -64,6 +70,16 @@ pub fn controller_uid(pod: &PodInfo) -> Option<&str> {
         .flatten()
         .find(|o| o.controller == Some(true))
         .map(|o| o.uid.as_str())
+}
+
+/// The controller UID a pod counts under for the "same controller"
+/// matcher and in [`NodeInfo::controllers`]: its controller owner's,
+/// unless the pod is terminating.
+pub fn counted_controller(pod: &PodInfo) -> Option<&str> {
+    if pod.pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    controller_uid(pod)
 }
 
 /// A small, fast hasher (the Fx hash rustc uses) for maps read once per node
@@ -116,6 +132,11 @@ struct Entry {
     /// Every label a node must carry to count (includes `key`).
     required: Vec<String>,
     domains: HashMap<Arc<str>, Domain, FastBuild>,
+    /// For a well-known key: its index in the nodes' topology ids, and the
+    /// matching pods by interned value id (0 for ids of no counted node).
+    by_id: Option<(usize, Vec<i64>)>,
+    /// How many domains more than one counted node shares.
+    shared: usize,
     last_used: u64,
 }
 
@@ -130,10 +151,28 @@ impl Entry {
     }
 
     fn matching_pods(&self, node: &NodeInfo) -> i64 {
+        if let PodMatcher::Controller(uid) = &self.matcher {
+            return i64::from(node.controllers.get(uid.as_str()).copied().unwrap_or(0));
+        }
         node.pods
             .iter()
             .filter(|p| self.matcher.counts(&self.namespace, p))
             .count() as i64
+    }
+
+    /// Add `d` pods to the node's value id (a node counted by this entry).
+    fn id_delta(&mut self, node: &NodeInfo, d: i64) {
+        if let (Some((k, by_id)), Some((_, ids))) = (&mut self.by_id, node.topology_ids) {
+            let id = ids[*k];
+            if id == NO_TOPOLOGY_VALUE {
+                return;
+            }
+            let id = id as usize;
+            if by_id.len() <= id {
+                by_id.resize(id + 1, 0);
+            }
+            by_id[id] += d;
+        }
     }
 
     /// Add (`d = 1`) or remove (`d = -1`) a whole node's contribution.
@@ -142,12 +181,19 @@ impl Entry {
             return;
         };
         let pods = self.matching_pods(node);
+        self.id_delta(node, d * pods);
         let v: &str = v.as_str();
         if d > 0 {
             let dom = self.domains.entry(Arc::from(v)).or_default();
             dom.nodes += 1;
             dom.pods += pods;
+            if dom.nodes == 2 {
+                self.shared += 1;
+            }
         } else if let Some(dom) = self.domains.get_mut(v) {
+            if dom.nodes == 2 {
+                self.shared -= 1;
+            }
             dom.nodes = dom.nodes.saturating_sub(1);
             dom.pods -= pods;
             if dom.nodes == 0 {
@@ -156,14 +202,13 @@ impl Entry {
         }
     }
 
-    fn pod_delta(&mut self, node: &NodeInfo, pod: &PodInfo, d: i64) {
-        if !self.matcher.counts(&self.namespace, pod) {
-            return;
-        }
+    /// A pod the entry counts was added (`d = 1`) or removed (`d = -1`).
+    fn counted_pod_delta(&mut self, node: &NodeInfo, d: i64) {
         if let Some(v) = self.domain_of(node)
             && let Some(dom) = self.domains.get_mut(v.as_str())
         {
             dom.pods += d;
+            self.id_delta(node, d);
         }
     }
 }
@@ -172,6 +217,10 @@ impl Entry {
 #[derive(Debug, Clone, Default)]
 pub struct TopologyCounts {
     entries: Vec<Entry>,
+    /// Positions in `entries` of the "same controller" entries, by UID.
+    by_controller: HashMap<String, Vec<usize>, FastBuild>,
+    /// Positions of the other entries.
+    others: Vec<usize>,
     clock: u64,
 }
 
@@ -187,6 +236,42 @@ impl TopologyCounts {
         key: &str,
         required: &[String],
     ) -> DomainCounts {
+        let i = self.entry(nodes, namespace, matcher, key, required);
+        let e = &self.entries[i];
+        e.domains.iter().map(|(k, d)| (k.clone(), d.pods)).collect()
+    }
+
+    /// As [`get`](Self::get), for a well-known key (`None` otherwise): the
+    /// counts by the interned value id of the nodes' topology ids (0 for an
+    /// id past the end or of no counted node). `None` too when `unique` is
+    /// asked and two counted nodes share a value (so a value's count is not
+    /// one node's).
+    pub fn get_by_id(
+        &mut self,
+        nodes: &[NodeInfo],
+        namespace: &str,
+        matcher: &PodMatcher,
+        key: &str,
+        required: &[String],
+        unique: bool,
+    ) -> Option<Vec<i64>> {
+        let i = self.entry(nodes, namespace, matcher, key, required);
+        let e = &self.entries[i];
+        if unique && e.shared > 0 {
+            return None;
+        }
+        e.by_id.as_ref().map(|(_, v)| v.clone())
+    }
+
+    /// The position of the constraint's entry, built (and indexed) if new.
+    fn entry(
+        &mut self,
+        nodes: &[NodeInfo],
+        namespace: &str,
+        matcher: &PodMatcher,
+        key: &str,
+        required: &[String],
+    ) -> usize {
         self.clock += 1;
         let clock = self.clock;
         let mut req: Vec<String> = required.to_vec();
@@ -217,18 +302,34 @@ impl TopologyCounts {
                     key: key.to_string(),
                     required: req,
                     domains: HashMap::default(),
+                    by_id: well_known_key_index(key).map(|k| (k, Vec::new())),
+                    shared: 0,
                     last_used: clock,
                 };
                 for n in nodes {
                     e.node_delta(n, 1);
                 }
                 self.entries.push(e);
+                self.reindex();
                 self.entries.len() - 1
             }
         };
-        let e = &mut self.entries[i];
-        e.last_used = clock;
-        e.domains.iter().map(|(k, d)| (k.clone(), d.pods)).collect()
+        self.entries[i].last_used = clock;
+        i
+    }
+
+    /// Rebuild the controller index (after an entry is added or dropped).
+    fn reindex(&mut self) {
+        self.by_controller.clear();
+        self.others.clear();
+        for (i, e) in self.entries.iter().enumerate() {
+            match &e.matcher {
+                PodMatcher::Controller(uid) => {
+                    self.by_controller.entry(uid.clone()).or_default().push(i);
+                }
+                _ => self.others.push(i),
+            }
+        }
     }
 
     /// A node (with its pods) joins, or leaves with `d = -1`.
@@ -240,8 +341,18 @@ impl TopologyCounts {
 
     /// A pod was added to (`d = 1`) or removed from (`d = -1`) a known node.
     pub fn pod_delta(&mut self, node: &NodeInfo, pod: &PodInfo, d: i64) {
-        for e in &mut self.entries {
-            e.pod_delta(node, pod, d);
+        if let Some(uid) = counted_controller(pod)
+            && let Some(own) = self.by_controller.get(uid)
+        {
+            for &i in own {
+                self.entries[i].counted_pod_delta(node, d);
+            }
+        }
+        for &i in &self.others {
+            let e = &mut self.entries[i];
+            if e.matcher.counts(&e.namespace, pod) {
+                e.counted_pod_delta(node, d);
+            }
         }
     }
 
@@ -418,6 +529,7 @@ mod tests {
     }
 
     const ZONE: &str = "topology.kubernetes.io/zone";
+    const HOSTNAME: &str = "kubernetes.io/hostname";
 
     fn web() -> PodMatcher {
         PodMatcher::Labels(
@@ -437,6 +549,36 @@ mod tests {
         let kept = s.topology_counts("default", m, ZONE, &[]);
         let fresh = TopologyCounts::default().get(s.nodes(), "default", m, ZONE, &[]);
         assert_eq!(sorted(&kept), sorted(&fresh), "incremental vs scan");
+        // A scan of every pod with the matcher (the build from the nodes'
+        // per-controller counts must agree with it).
+        let mut scanned: Vec<(String, i64)> = Vec::new();
+        for n in s.nodes() {
+            let Some(z) = n.labels().get(ZONE) else {
+                continue;
+            };
+            let c = n.pods.iter().filter(|p| m.counts("default", p)).count() as i64;
+            match scanned.iter_mut().find(|(k, _)| k == z) {
+                Some((_, v)) => *v += c,
+                None => scanned.push((z.clone(), c)),
+            }
+        }
+        scanned.sort();
+        assert_eq!(sorted(&kept), scanned, "incremental vs pod scan");
+        // By hostname id: each node's own matching pods.
+        let by_id = s
+            .topology_counts_by_id("default", m, HOSTNAME, &[], true)
+            .unwrap();
+        for n in s.nodes() {
+            let (sid, ids) = n.topology_ids.unwrap();
+            assert_eq!(sid, s.id());
+            let c = n.pods.iter().filter(|p| m.counts("default", p)).count() as i64;
+            assert_eq!(
+                by_id.get(ids[0] as usize).copied().unwrap_or(0),
+                c,
+                "node {}",
+                n.name
+            );
+        }
         let want: Vec<(String, i64)> = expect.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         assert_eq!(sorted(&kept), want);
     }

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
 };
 use kubeforge_apimachinery::labels::Selector;
 
+use super::topology_counts::counted_controller;
 use crate::quantity;
 
 /// CPU (milli) counted for a container without a CPU request when scoring
@@ -707,15 +708,6 @@ pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
         "Equal" | "" => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
         _ => false,
     }
-}
-
-/// The controller UID a pod counts under in [`NodeInfo::controllers`]:
-/// its controller owner's, unless the pod is terminating.
-fn counted_controller(pod: &PodInfo) -> Option<&str> {
-    if pod.pod.metadata.deletion_timestamp.is_some() {
-        return None;
-    }
-    super::topology_counts::controller_uid(pod)
 }
 
 /// A node and the aggregates of the pods assigned (or assumed) to it.

@@ -440,6 +440,9 @@ struct ScoreState {
     weights: Vec<f64>,
     /// As [`FilterState::fast`] (empty counts for the hostname key).
     fast: Vec<Option<(usize, Vec<i64>)>>,
+    /// For a default (same controller) hostname constraint: the matching
+    /// pods by interned hostname id, when no two nodes share a hostname.
+    by_host: Vec<Option<Vec<i64>>>,
     snapshot_id: u64,
 }
 
@@ -553,6 +556,14 @@ impl PreScorePlugin for PodTopologySpread {
                 }
             })
             .collect();
+        let by_host =
+            cs.iter()
+                .map(|c| match &c.matcher {
+                    PodMatcher::Controller(_) if c.key == HOSTNAME => snapshot
+                        .topology_counts_by_id(&pod.namespace, &c.matcher, HOSTNAME, &[], true),
+                    _ => None,
+                })
+                .collect();
         state.write(
             STATE_SCORE,
             ScoreState {
@@ -560,6 +571,7 @@ impl PreScorePlugin for PodTopologySpread {
                 counts,
                 weights,
                 fast,
+                by_host,
                 snapshot_id: snapshot.id(),
             },
         );
@@ -591,12 +603,16 @@ impl ScorePlugin for PodTopologySpread {
                 continue;
             };
             let cnt = if c.key == HOSTNAME {
-                match &c.matcher {
-                    // The default constraints: the node keeps this count.
-                    // A controller's pods are in its namespace (an owner in
-                    // another namespace is invalid in Kubernetes), so this is
-                    // the incoming pod's namespace too.
-                    PodMatcher::Controller(uid) => {
+                match (&c.matcher, &st.by_host[i], domain) {
+                    // The default constraints: the count kept by the node's
+                    // interned hostname (a node stamped by this snapshot,
+                    // hostnames unique), else the node's own per-controller
+                    // count. Both count the controller's non-terminating
+                    // pods (in its namespace, see `PodMatcher::Controller`).
+                    (PodMatcher::Controller(_), Some(by_id), Domain::Id(id)) => {
+                        by_id.get(id as usize).copied().unwrap_or(0)
+                    }
+                    (PodMatcher::Controller(uid), _, _) => {
                         i64::from(node.controllers.get(uid.as_str()).copied().unwrap_or(0))
                     }
                     _ => node
@@ -797,6 +813,60 @@ mod tests {
         let got = scores(&s, &PodInfo::new(Arc::new(p)));
         assert_eq!(got.iter().find(|(n, _)| n == "n4").unwrap().1, INVALID);
         s.apply_node(node("n4", Some("c")));
+        scores(&s, &owned("new", "rs-1"));
+        // The kept hostname counts follow removals and terminating pods.
+        s.remove_pod("n1", "p0");
+        let mut t: Pod = (*owned("p9", "rs-1").pod).clone();
+        t.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::UNIX_EPOCH,
+        ));
+        s.add_pod("n3", Arc::new(PodInfo::new(Arc::new(t))));
+        let got = scores(&s, &owned("new", "rs-1"));
+        let of = |name: &str| got.iter().find(|(n, _)| n == name).unwrap().1;
+        // n1 and n2 now hold one pod each (same zone); n3's terminating
+        // pod does not count.
+        assert_eq!(of("n1"), of("n2"));
+        assert!(of("n3") < of("n1"), "{got:?}");
+    }
+
+    #[test]
+    fn a_hostname_shared_by_two_nodes_scores_each_node_by_its_own_pods() {
+        let mut s = Snapshot::new();
+        s.apply_node(node("n1", Some("a")));
+        s.apply_node(node("n2", Some("a")));
+        s.add_pod("n1", owned("p1", "rs-1"));
+        s.add_pod("n1", owned("p2", "rs-1"));
+        let m = PodMatcher::Controller("rs-1".into());
+        assert!(
+            s.topology_counts_by_id("default", &m, HOSTNAME, &[], true)
+                .is_some()
+        );
+        // n2 relabelled with n1's hostname: the two nodes share one
+        // domain, so the counts by hostname are not per node any more.
+        let mut twin = (*node("n2", Some("a"))).clone();
+        twin.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(HOSTNAME.into(), "n1".into());
+        s.apply_node(Arc::new(twin));
+        assert!(
+            s.topology_counts_by_id("default", &m, HOSTNAME, &[], true)
+                .is_none()
+        );
+        assert!(
+            s.topology_counts_by_id("default", &m, HOSTNAME, &[], false)
+                .is_some()
+        );
+        let got = scores(&s, &owned("new", "rs-1"));
+        let of = |name: &str| got.iter().find(|(n, _)| n == name).unwrap().1;
+        assert!(of("n2") < of("n1"), "{got:?}");
+        // Back to its own hostname: the kept counts are used again.
+        s.apply_node(node("n2", Some("a")));
+        assert!(
+            s.topology_counts_by_id("default", &m, HOSTNAME, &[], true)
+                .is_some()
+        );
         scores(&s, &owned("new", "rs-1"));
     }
 }
