@@ -82,6 +82,14 @@ pub fn decode(bytes: &[u8], ty: BodyType) -> Result<Value, ApiError> {
     }
 }
 
+/// A request header (value `true`) asking for objects without
+/// `metadata.managedFields` in responses and watch events: a kubeforge
+/// extension the built-in components' in-process client sends
+/// ([`ApiServer::builtin_client`](crate::ApiServer::builtin_client)).
+/// kube-apiserver has no such option; other clients never see a change.
+pub const OMIT_MANAGED_FIELDS: http::HeaderName =
+    http::HeaderName::from_static("x-kubeforge-omit-managed-fields");
+
 /// What the client asked for in Accept.
 #[derive(Clone, Debug, Default)]
 pub struct Accept {
@@ -91,11 +99,22 @@ pub struct Accept {
     pub metadata_only: bool,
     /// YAML preferred over JSON.
     pub yaml: bool,
+    /// Objects without `metadata.managedFields` ([`OMIT_MANAGED_FIELDS`]).
+    pub omit_managed_fields: bool,
 }
 
 /// Parse the Accept header the way kube-apiserver negotiates: the first
 /// acceptable entry wins; Table and PartialObjectMetadata are honoured.
+/// [`OMIT_MANAGED_FIELDS`] is read too.
 pub fn accept(headers: &HeaderMap) -> Accept {
+    let mut a = accept_media(headers);
+    a.omit_managed_fields = headers
+        .get(OMIT_MANAGED_FIELDS)
+        .is_some_and(|v| v.as_bytes() == b"true");
+    a
+}
+
+fn accept_media(headers: &HeaderMap) -> Accept {
     let Some(a) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
         return Accept::default();
     };
@@ -124,6 +143,7 @@ pub fn accept(headers: &HeaderMap) -> Accept {
                     table: true,
                     metadata_only: false,
                     yaml,
+                    omit_managed_fields: false,
                 };
             }
             (Some("PartialObjectMetadata" | "PartialObjectMetadataList"), Some("meta.k8s.io")) => {
@@ -131,6 +151,7 @@ pub fn accept(headers: &HeaderMap) -> Accept {
                     table: false,
                     metadata_only: true,
                     yaml,
+                    omit_managed_fields: false,
                 };
             }
             (Some(_), _) => continue,
@@ -139,6 +160,7 @@ pub fn accept(headers: &HeaderMap) -> Accept {
                     table: false,
                     metadata_only: false,
                     yaml,
+                    omit_managed_fields: false,
                 };
             }
         }

@@ -139,6 +139,17 @@ impl ResourceDef {
             .map(|v| self.from_storage(v))
     }
 
+    /// [`present`](Self::present), then without `metadata.managedFields`
+    /// when the client asked to omit them (see
+    /// [`OMIT_MANAGED_FIELDS`](crate::codec::OMIT_MANAGED_FIELDS)).
+    pub fn present_to(&self, bytes: &Bytes, omit_managed_fields: bool) -> Bytes {
+        let served = self.present(bytes);
+        if omit_managed_fields {
+            return crate::object::without_managed_fields(&served);
+        }
+        served
+    }
+
     /// Stored bytes re-encoded in the served form (the same bytes when no
     /// conversion applies).
     pub fn present(&self, bytes: &Bytes) -> Bytes {

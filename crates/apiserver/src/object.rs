@@ -43,6 +43,59 @@ pub fn partial_metadata_json(obj: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The object's JSON without `metadata.managedFields`, for the in-process
+/// clients that ask for it ([`OMIT_MANAGED_FIELDS`](crate::codec::OMIT_MANAGED_FIELDS)):
+/// the field's bytes are cut out of the encoding, nothing is decoded. The
+/// same bytes when the object has no managedFields (or is not laid out as
+/// the server encodes objects).
+pub fn without_managed_fields(obj: &bytes::Bytes) -> bytes::Bytes {
+    match managed_fields_span(obj) {
+        Some(cut) => {
+            let mut out = Vec::with_capacity(obj.len() - cut.len());
+            out.extend_from_slice(&obj[..cut.start]);
+            out.extend_from_slice(&obj[cut.end..]);
+            bytes::Bytes::from(out)
+        }
+        None => obj.clone(),
+    }
+}
+
+/// The byte range to remove for `"managedFields":[…]` in the object's
+/// metadata, with one adjoining comma.
+fn managed_fields_span(obj: &[u8]) -> Option<std::ops::Range<usize>> {
+    use serde_json::value::RawValue;
+    #[derive(serde::Deserialize)]
+    struct Top<'a> {
+        #[serde(borrow)]
+        metadata: Option<&'a RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow, rename = "managedFields")]
+        managed_fields: Option<&'a RawValue>,
+    }
+    const KEY: &[u8] = b"\"managedFields\":";
+    let top: Top<'_> = serde_json::from_slice(obj).ok()?;
+    let meta = top.metadata?.get();
+    let m: Meta<'_> = serde_json::from_str(meta).ok()?;
+    let value = m.managed_fields?.get();
+    // Offsets of the borrowed slices inside `obj`.
+    let base = obj.as_ptr() as usize;
+    let meta_start = meta.as_ptr() as usize - base;
+    let start = value.as_ptr() as usize - base;
+    let end = start + value.len();
+    let key = start.checked_sub(KEY.len())?;
+    if obj.get(key..start)? != KEY || key <= meta_start {
+        return None;
+    }
+    match (obj[key - 1], obj.get(end)) {
+        (b',', _) => Some(key - 1..end),
+        (b'{', Some(b',')) => Some(key..end + 1),
+        (b'{', Some(b'}')) => Some(key..end),
+        _ => None,
+    }
+}
+
 /// Now, as an RFC 3339 timestamp with second precision (metav1.Time).
 pub fn now_rfc3339() -> String {
     let now = jiff::Timestamp::now();
@@ -248,5 +301,63 @@ mod partial_metadata_tests {
         assert_eq!(v["metadata"], json!({}));
         assert!(partial_metadata_json(b"[1,2]").is_none());
         assert!(partial_metadata_json(b"{not json").is_none());
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod managed_fields_tests {
+    use super::*;
+
+    fn strip(v: &Value) -> Value {
+        let b = bytes::Bytes::from(serde_json::to_vec(v).unwrap());
+        serde_json::from_slice(&without_managed_fields(&b)).unwrap()
+    }
+
+    fn expected(v: &Value) -> Value {
+        let mut v = v.clone();
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+        v
+    }
+
+    #[test]
+    fn managed_fields_are_cut_wherever_they_sit_in_metadata() {
+        let mf = json!([{"manager": "m", "operation": "Update", "apiVersion": "v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {"f:managedFields": {}}}}}]);
+        let cases = [
+            // between other keys; an annotation and a label named like the field
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "annotations": {"managedFields": "x"}, "labels": {"\"managedFields\":": "y"},
+                "managedFields": mf, "name": "p", "uid": "u"}, "spec": {"managedFields": [1]}}),
+            // first, last, alone
+            json!({"metadata": {"managedFields": mf, "name": "p"}}),
+            json!({"kind": "X", "metadata": {"annotations": {"a": "b"}, "managedFields": mf}}),
+            json!({"metadata": {"managedFields": mf}, "spec": {}}),
+            json!({"metadata": {"managedFields": []}}),
+        ];
+        for v in cases {
+            let got = strip(&v);
+            assert_eq!(got, expected(&v), "{v}");
+            assert!(got["metadata"].get("managedFields").is_none());
+        }
+        // The spec's own field of that name is kept.
+        let v = json!({"metadata": {"managedFields": mf}, "spec": {"managedFields": [1]}});
+        assert_eq!(strip(&v)["spec"]["managedFields"], json!([1]));
+    }
+
+    #[test]
+    fn objects_without_managed_fields_or_in_another_layout_are_returned_as_they_are() {
+        for raw in [
+            r#"{"metadata":{"name":"p"},"spec":{"managedFields":[]}}"#,
+            r#"{"kind":"X"}"#,
+            r#"{"metadata": {"managedFields": [], "name": "p"}}"#,
+            "not json",
+            "[]",
+        ] {
+            let b = bytes::Bytes::from(raw);
+            assert_eq!(without_managed_fields(&b), b, "{raw}");
+        }
     }
 }

@@ -155,7 +155,7 @@ impl Ctx<'_> {
 
     /// Render stored bytes for the requested version and form.
     pub(crate) fn output(&self, bytes: &Bytes) -> Bytes {
-        self.def.present(bytes)
+        self.def.present_to(bytes, self.accept.omit_managed_fields)
     }
 
     /// Respond with one object in the negotiated form.

@@ -329,7 +329,7 @@ impl ApiServer {
     /// A tower service answering requests in-process (no socket), for
     /// `kube::Client::new`.
     pub fn service(&self) -> InProcess {
-        InProcess(self.clone())
+        InProcess(self.clone(), false)
     }
 
     /// A kube-rs client talking to this server in-process, default
@@ -337,14 +337,26 @@ impl ApiServer {
     pub fn client(&self) -> kube::Client {
         kube::Client::new(self.service(), "default")
     }
+
+    /// An in-process client for the built-in components (controllers,
+    /// scheduler, node simulator): as [`client`](Self::client), but the
+    /// objects it reads come without `metadata.managedFields` (see
+    /// [`OMIT_MANAGED_FIELDS`](crate::codec::OMIT_MANAGED_FIELDS)). They
+    /// drop that field anyway, and decoding it was a large share of their
+    /// work on a busy cluster. Its writes are unaffected: a request without
+    /// managedFields keeps the stored entries, as in kube-apiserver.
+    pub fn builtin_client(&self) -> kube::Client {
+        kube::Client::new(InProcess(self.clone(), true), "default")
+    }
 }
 
 /// Boxed error type of request bodies.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The server as a `tower::Service`: requests are answered in-process.
+/// The server as a `tower::Service`: requests are answered in-process
+/// (with the second field, marked to omit managedFields in responses).
 #[derive(Clone)]
-pub struct InProcess(ApiServer);
+pub struct InProcess(ApiServer, bool);
 
 impl<B> tower::Service<Request<B>> for InProcess
 where
@@ -364,7 +376,13 @@ where
         std::task::Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        if self.1 {
+            req.headers_mut().insert(
+                crate::codec::OMIT_MANAGED_FIELDS,
+                http::HeaderValue::from_static("true"),
+            );
+        }
         let server = self.0.clone();
         Box::pin(async move { Ok(server.handle(req).await) })
     }

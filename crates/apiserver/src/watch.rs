@@ -36,7 +36,7 @@ struct Renderer {
 
 impl Renderer {
     fn object(&self, bytes: &Bytes) -> Bytes {
-        self.def.present(bytes)
+        self.def.present_to(bytes, self.accept.omit_managed_fields)
     }
 
     fn event(&self, ty: &str, bytes: &Bytes) -> Bytes {

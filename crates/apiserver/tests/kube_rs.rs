@@ -739,3 +739,66 @@ async fn pod_priority_comes_from_its_priority_class() {
         .expect_err("value is immutable");
     assert_eq!(status_code(&e), Some((422, "Invalid".into())));
 }
+
+/// The built-in components' client reads objects without managedFields —
+/// in get, list, watch events and write responses — while other clients
+/// see them, and its writes keep the stored entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builtin_client_reads_without_managed_fields() {
+    let server = ApiServer::in_memory().await;
+    let user: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let builtin: Api<ConfigMap> = Api::default_namespaced(server.builtin_client());
+    let mut events = watcher(builtin.clone(), watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    let created = user
+        .create(&PostParams::default(), &cm("a", json!({"app": "x"})))
+        .await
+        .expect("create");
+    assert!(created.metadata.managed_fields.is_some());
+    let seen = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("a watch event")
+        .expect("stream open")
+        .expect("event");
+    assert_eq!(seen.metadata.name.as_deref(), Some("a"));
+    assert!(seen.metadata.managed_fields.is_none(), "watch event");
+    let got = builtin.get("a").await.expect("get");
+    assert!(got.metadata.managed_fields.is_none(), "get");
+    assert_eq!(got.data, created.data);
+    assert_eq!(got.metadata.labels, created.metadata.labels);
+    let listed = builtin.list(&ListParams::default()).await.expect("list");
+    assert!(
+        listed
+            .items
+            .iter()
+            .all(|c| c.metadata.managed_fields.is_none())
+    );
+    // An update of the object as read (no managedFields) by another
+    // manager: its response has none, the stored object has both entries.
+    let mut changed = got.clone();
+    changed.data = Some([("k".to_string(), "w".to_string())].into());
+    let pp = PostParams {
+        field_manager: Some("builtin".into()),
+        ..PostParams::default()
+    };
+    let replaced = builtin.replace("a", &pp, &changed).await.expect("replace");
+    assert!(replaced.metadata.managed_fields.is_none(), "write response");
+    let stored = user.get("a").await.expect("get");
+    let managers: Vec<String> = stored
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(managers.contains(&"builtin".to_string()), "{managers:?}");
+    assert!(managers.len() >= 2, "{managers:?}");
+    let next = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("a second watch event")
+        .expect("stream open")
+        .expect("event");
+    assert!(next.metadata.managed_fields.is_none());
+    assert_eq!(next.data, changed.data);
+}

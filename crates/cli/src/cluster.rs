@@ -138,7 +138,7 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
     } else {
         Some(
             workloads::start(
-                server.client(),
+                server.builtin_client(),
                 WorkloadOptions {
                     node_monitor_grace_period: args.node_monitor_grace_period,
                     replicaset_sync_interval: args.replicaset_sync_interval,
@@ -157,7 +157,7 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
         None
     } else {
         Some(
-            SchedulerBuilder::new(server.client())
+            SchedulerBuilder::new(server.builtin_client())
                 .config(scheduler_config)
                 .start()
                 .context("starting the scheduler")?,
@@ -174,7 +174,7 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
         options.lease_interval = (args.node_monitor_grace_period / 4)
             .clamp(Duration::from_millis(100), options.lease_interval);
         Some(
-            NodeSimulator::start(server.client(), options)
+            NodeSimulator::start(server.builtin_client(), options)
                 .await
                 .context("registering the simulated nodes")?,
         )

@@ -210,7 +210,9 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     // first lists.
     let controllers = if up {
         server.set_controllers_running(true);
-        Some(kubeforge_controllers::start_builtin(server.client()))
+        Some(kubeforge_controllers::start_builtin(
+            server.builtin_client(),
+        ))
     } else {
         None
     };

@@ -248,20 +248,23 @@ impl TestEnvBuilder {
         }
         let controllers = self.builtin_controllers.then(|| {
             server.set_controllers_running(true);
-            kubeforge_controllers::start_builtin(server.client())
+            kubeforge_controllers::start_builtin(server.builtin_client())
         });
         let workloads = if self.workloads {
             Some(
-                kubeforge_controllers::workloads::start(server.client(), Default::default())
-                    .await
-                    .map_err(Error::Workloads)?,
+                kubeforge_controllers::workloads::start(
+                    server.builtin_client(),
+                    Default::default(),
+                )
+                .await
+                .map_err(Error::Workloads)?,
             )
         } else {
             None
         };
         let scheduler = if self.scheduler {
             Some(
-                kubeforge_scheduler::SchedulerBuilder::new(server.client())
+                kubeforge_scheduler::SchedulerBuilder::new(server.builtin_client())
                     .start()
                     .map_err(Error::Scheduler)?,
             )
@@ -273,7 +276,7 @@ impl TestEnvBuilder {
                 server.set_graceful_pod_deletion(true);
                 let options = SimulatorOptions::new(nodes).delays(self.node_delays);
                 Some(
-                    NodeSimulator::start(server.client(), options)
+                    NodeSimulator::start(server.builtin_client(), options)
                         .await
                         .map_err(Error::Nodes)?,
                 )
