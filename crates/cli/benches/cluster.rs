@@ -12,6 +12,9 @@
 //! `/proc/<pid>/stat`) and the pods' stored size (JSON as served, with
 //! managedFields).
 //!
+//! `$KF_BIN` runs that kubeforge binary instead of the one built with the
+//! bench (to compare two builds in one sitting).
+//!
 //! For a per-component breakdown: `$KF_UP_ARGS` adds arguments to `up`
 //! (e.g. `--no-workload-controllers --no-scheduler`); `KF_BARE=1` creates
 //! the pods directly (no Deployments, so no workload controller is
@@ -61,7 +64,10 @@ impl Up {
             std::process::id()
         ));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kubeforge"))
+        // `$KF_BIN` runs another kubeforge binary (an A/B of two builds).
+        let bin =
+            std::env::var("KF_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kubeforge").into());
+        let mut child = Command::new(bin)
             .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&dir)
             .args(args)
