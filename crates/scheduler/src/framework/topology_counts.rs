@@ -57,8 +57,12 @@ impl PodMatcher {
 
 /// The UID of the pod's controller owner (`controller: true`), if any.
 pub fn controller_uid(pod: &PodInfo) -> Option<&str> {
-    pod.pod
-        .metadata
+    controller_uid_of(&pod.pod)
+}
+
+/// [`controller_uid`] of a pod object.
+pub fn controller_uid_of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<&str> {
+    pod.metadata
         .owner_references
         .iter()
         .flatten()
