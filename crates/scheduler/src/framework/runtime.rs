@@ -1135,7 +1135,7 @@ pub fn nominated_on<'n>(
 /// `addGENominatedPods`).
 pub(crate) fn nominated_counts(pod: &PodInfo, nominated: &PodInfo) -> bool {
     // The priority first: an integer, next to what the check reads anyway.
-    nominated.priority >= pod.priority && nominated.uid != pod.uid
+    nominated.priority >= pod.priority && !nominated.same_uid(pod)
 }
 
 /// Copies of nodes with the pods nominated to them added (what

@@ -384,6 +384,14 @@ pub struct PodInfo {
     /// (preemption's dry runs do it by the hundred per cycle) then never
     /// touches the pod object, which is rarely in the CPU cache.
     counted_controller: Option<Box<str>>,
+    /// A hash of `uid`, so telling two pods apart rarely compares the
+    /// UID strings ([`PodInfo::same_uid`]).
+    uid_hash: u64,
+}
+
+fn uid_hash(uid: &str) -> u64 {
+    use std::hash::BuildHasher;
+    super::topology_counts::FastBuild::default().hash_one(uid)
 }
 
 fn normalize_image(image: &str) -> String {
@@ -659,6 +667,7 @@ impl PodInfo {
                 Some(errors.join("; "))
             },
             start_time,
+            uid_hash: uid_hash(meta.uid.as_deref().unwrap_or_default()),
             counted_controller: if meta.deletion_timestamp.is_some() {
                 None
             } else {
@@ -666,6 +675,13 @@ impl PodInfo {
             },
             pod,
         }
+    }
+
+    /// Whether `other` has the same UID (the same pod, perhaps another
+    /// version of it): the kept hashes first, the strings only when they
+    /// agree.
+    pub fn same_uid(&self, other: &PodInfo) -> bool {
+        self.uid_hash == other.uid_hash && self.uid == other.uid
     }
 
     /// `namespace/name`.

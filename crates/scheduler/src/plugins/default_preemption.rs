@@ -145,21 +145,25 @@ impl DefaultPreemption {
     /// (PDB-violating first, most important first) while it still fits.
     /// The ones that cannot come back are the victims.
     ///
-    /// `info`, `potential` and `extra` are scratch space kept between dry
-    /// runs: the node without its lower-priority pods is copied into
-    /// `info` (reusing its allocations, the removed pods never copied);
-    /// the cycle state is copied only when a PreFilter extension would
-    /// change it.
+    /// `scratch` is kept between dry runs: the node without its
+    /// lower-priority pods is copied into `scratch.info` (reusing its
+    /// allocations, the removed pods never copied), and the candidate's
+    /// victim list is `scratch.victims` (taken). The cycle state is copied
+    /// only when a PreFilter extension would change it.
     fn select_victims<'n>(
         &self,
         d: &DryRuns<'n>,
         idx: usize,
         node: &'n NodeInfo,
-        info: &mut NodeInfo,
-        potential: &mut Vec<&'n Arc<PodInfo>>,
-        extra: &mut Vec<&'n Arc<PodInfo>>,
+        scratch: &mut Scratch<'n>,
     ) -> Option<Candidate> {
         let (pod, state) = (d.pod, d.state);
+        let Scratch {
+            info,
+            potential,
+            extra,
+            victims,
+        } = scratch;
         // Any pod below the incoming pod's priority? The node keeps its
         // lowest priority, so no pod is read for nodes without one.
         if node
@@ -205,7 +209,7 @@ impl DefaultPreemption {
         potential.sort_by(|a, b| more_important(a, b));
         // PDB-violating pods are tried first; without PDBs there is one group.
         let violating = self.violates_pdb(potential.iter().map(|p| &***p));
-        let mut victims = Vec::new();
+        victims.clear();
         let mut pdb_violations = 0;
         for is_violating in [true, false] {
             for (i, p) in potential.iter().enumerate() {
@@ -235,10 +239,21 @@ impl DefaultPreemption {
         victims.sort_by(|a, b| more_important(a, b));
         Some(Candidate {
             node: node.id.clone(),
-            victims,
+            victims: std::mem::take(victims),
             pdb_violations,
         })
     }
+}
+
+/// Scratch space the dry runs of one attempt reuse: the node copy, the
+/// potential victims and nominated pods found on it, and the victim list
+/// of the last candidate that lost.
+#[derive(Default)]
+struct Scratch<'n> {
+    info: NodeInfo,
+    potential: Vec<&'n Arc<PodInfo>>,
+    extra: Vec<&'n Arc<PodInfo>>,
+    victims: Vec<Arc<PodInfo>>,
 }
 
 /// What the dry runs of one preemption attempt share, worked out once.
@@ -461,16 +476,21 @@ impl DefaultPreemption {
             .max(self.abs)
             .min(potential.len());
         let offset = self.offset(potential.len());
-        let mut candidates = Vec::new();
+        // The best candidate so far (kube-scheduler's `pickOneNodeForPreemption`
+        // over the candidates in the order found: a later one replaces it
+        // only when strictly better) and how many were found.
+        let mut chosen: Option<Candidate> = None;
+        let mut found = 0;
         let mut statuses_out = not_helpful;
         let dry = DryRuns::new(ctx, state, pod);
-        let (mut scratch, mut victims, mut extra) = (NodeInfo::default(), Vec::new(), Vec::new());
+        let mut scratch = Scratch::default();
         // Worked out on the first candidate that could have it.
         let mut best: Option<Option<(i32, i64)>> = None;
         for i in 0..potential.len() {
             let (idx, node) = potential[(offset + i) % potential.len()];
-            match self.select_victims(&dry, idx, node, &mut scratch, &mut victims, &mut extra) {
+            match self.select_victims(&dry, idx, node, &mut scratch) {
                 Some(c) => {
+                    found += 1;
                     let done = self.early_exit
                         && c.pdb_violations == 0
                         && c.victims.len() == 1
@@ -480,7 +500,14 @@ impl DefaultPreemption {
                                 best_possible(pod, potential.iter().map(|(_, n)| *n))
                             }),
                         );
-                    candidates.push(c);
+                    let better = chosen
+                        .as_ref()
+                        .is_none_or(|b| compare(&c, b) == std::cmp::Ordering::Less);
+                    let loser = if better { chosen.replace(c) } else { Some(c) };
+                    if let Some(loser) = loser {
+                        // its victim list is reused by the next candidate
+                        scratch.victims = loser.victims;
+                    }
                     if done {
                         break;
                     }
@@ -492,11 +519,11 @@ impl DefaultPreemption {
                     );
                 }
             }
-            if candidates.len() >= want {
+            if found >= want {
                 break;
             }
         }
-        pick_one(&candidates).cloned().ok_or_else(|| {
+        chosen.ok_or_else(|| {
             Status::unschedulable(format!(
                 "preemption: {}",
                 histogram_message(n, &statuses_out)
@@ -505,9 +532,15 @@ impl DefaultPreemption {
     }
 }
 
-/// Pick a candidate by kube-scheduler's rules.
+/// Pick a candidate by kube-scheduler's rules (the first of equals).
 pub fn pick_one(candidates: &[Candidate]) -> Option<&Candidate> {
-    candidates.iter().min_by(|a, b| {
+    candidates.iter().min_by(|a, b| compare(a, b))
+}
+
+/// kube-scheduler's order of candidates: `Less` when `a` is the better
+/// node to preempt on.
+fn compare(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
+    {
         let hi = |c: &Candidate| c.victims.first().map_or(i32::MIN, |v| v.priority);
         let sum = |c: &Candidate| {
             c.victims
@@ -531,7 +564,7 @@ pub fn pick_one(candidates: &[Candidate]) -> Option<&Candidate> {
             .then(sum(a).cmp(&sum(b)))
             .then(a.victims.len().cmp(&b.victims.len()))
             .then(earliest_top(b).cmp(&earliest_top(a)))
-    })
+    }
 }
 
 impl PostFilterPlugin for DefaultPreemption {
