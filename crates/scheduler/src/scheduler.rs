@@ -1120,8 +1120,10 @@ async fn post_event(client: &kube::Client, pod: &PodInfo, type_: &str, reason: &
     ))
     .header("Content-Type", "application/json")
     .body(serde_json::to_vec(&ev).unwrap_or_default());
+    // The created Event the server sends back is not needed: read as
+    // text, not decoded (an API error still comes back as the error).
     if let Ok(req) = req
-        && let Err(e) = client.request::<serde_json::Value>(req).await
+        && let Err(e) = client.request_text(req).await
     {
         tracing::debug!(pod = %pod.key(), error = %e, "writing an event failed");
     }

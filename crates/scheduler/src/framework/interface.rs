@@ -565,6 +565,19 @@ pub trait FilterPlugin: Plugin {
             _ => Ok(false),
         }
     }
+
+    /// Whether the verdict depends only on the incoming pod, the node
+    /// object (name, labels, taints, `unschedulable`) and what PreFilter
+    /// wrote to the cycle state: never on the pods on the node, nor on
+    /// state a PreFilter AddPod/RemovePod extension changes. Preemption's
+    /// dry runs add and remove pods on a copy of a node, so such a filter
+    /// answers the same for every check there: it is asked once per node
+    /// instead of once per check. Default `false` (asked every time);
+    /// answer `true` only when it holds, or preemption may pick another
+    /// node than kube-scheduler would.
+    fn ignores_node_pods(&self) -> bool {
+        false
+    }
 }
 
 /// Why each node was rejected, by node name (kube-scheduler's

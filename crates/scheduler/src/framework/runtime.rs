@@ -489,6 +489,39 @@ impl Framework {
         true
     }
 
+    /// The filters this pod runs in this cycle, in order (those its
+    /// PreFilter skipped left out): what [`run_filter`](Self::run_filter)
+    /// asks on every node.
+    pub fn active_filters<'s>(
+        &'s self,
+        state: &CycleState,
+    ) -> impl Iterator<Item = &'s dyn FilterPlugin> + 's {
+        let mask = state.filter_skip_mask;
+        self.filter
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| *i >= 64 || mask & (1 << i) == 0)
+            .filter_map(|(_, e)| e.plugin.as_filter())
+    }
+
+    /// Where each of the snapshot's nodes has its entries in `nominated`
+    /// (sorted by node name), by the node's position in the snapshot:
+    /// (first, count), count 0 for none; empty when nothing is nominated.
+    /// One lookup per nominated pod (an integer hash of its shared node
+    /// name, kept between cycles) instead of a search of the list by name
+    /// per node.
+    pub(crate) fn nominated_index(
+        &self,
+        snapshot: &Snapshot,
+        nominated: &[(Arc<str>, Arc<PodInfo>)],
+    ) -> Vec<(u32, u32)> {
+        nominated_starts(
+            snapshot,
+            nominated,
+            self.nominated_positions.try_lock().ok().as_deref_mut(),
+        )
+    }
+
     /// Filter with the pods nominated to this node (by earlier preemptions,
     /// with at least this pod's priority) counted as if already there; the
     /// node must pass both with and without them. `nominated` is (node, pod)
@@ -1100,8 +1133,9 @@ pub fn nominated_on<'n>(
 /// Whether a pod nominated to a node counts when filtering `pod` there:
 /// another pod of at least its priority (kube-scheduler's
 /// `addGENominatedPods`).
-fn nominated_counts(pod: &PodInfo, nominated: &PodInfo) -> bool {
-    nominated.uid != pod.uid && nominated.priority >= pod.priority
+pub(crate) fn nominated_counts(pod: &PodInfo, nominated: &PodInfo) -> bool {
+    // The priority first: an integer, next to what the check reads anyway.
+    nominated.priority >= pod.priority && !nominated.same_uid(pod)
 }
 
 /// Copies of nodes with the pods nominated to them added (what

@@ -63,8 +63,12 @@ impl PodMatcher {
 
 /// The UID of the pod's controller owner (`controller: true`), if any.
 pub fn controller_uid(pod: &PodInfo) -> Option<&str> {
-    pod.pod
-        .metadata
+    controller_uid_of(&pod.pod)
+}
+
+/// [`controller_uid`] of a pod object.
+pub fn controller_uid_of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<&str> {
+    pod.metadata
         .owner_references
         .iter()
         .flatten()
@@ -73,13 +77,9 @@ pub fn controller_uid(pod: &PodInfo) -> Option<&str> {
 }
 
 /// The controller UID a pod counts under for the "same controller"
-/// matcher and in [`NodeInfo::controllers`]: its controller owner's,
-/// unless the pod is terminating.
+/// matcher and in [`NodeInfo::controllers`] ([`PodInfo::counted_controller`]).
 pub fn counted_controller(pod: &PodInfo) -> Option<&str> {
-    if pod.pod.metadata.deletion_timestamp.is_some() {
-        return None;
-    }
-    controller_uid(pod)
+    pod.counted_controller()
 }
 
 /// A small, fast hasher (the Fx hash rustc uses) for maps read once per node

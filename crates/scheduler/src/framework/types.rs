@@ -12,7 +12,6 @@ use k8s_openapi::api::core::v1::{
 };
 use kubeforge_apimachinery::labels::Selector;
 
-use super::topology_counts::counted_controller;
 use crate::quantity;
 
 /// CPU (milli) counted for a container without a CPU request when scoring
@@ -379,6 +378,20 @@ pub struct PodInfo {
     pub parse_error: Option<String>,
     /// Creation time (for preemption's "latest start" rule), seconds.
     pub start_time: i64,
+    /// The controller owner UID the pod counts under in
+    /// [`NodeInfo::controllers`] (`None` when it has no controller or is
+    /// terminating), read from the object once: adding and removing pods
+    /// (preemption's dry runs do it by the hundred per cycle) then never
+    /// touches the pod object, which is rarely in the CPU cache.
+    counted_controller: Option<Box<str>>,
+    /// A hash of `uid`, so telling two pods apart rarely compares the
+    /// UID strings ([`PodInfo::same_uid`]).
+    uid_hash: u64,
+}
+
+fn uid_hash(uid: &str) -> u64 {
+    use std::hash::BuildHasher;
+    super::topology_counts::FastBuild::default().hash_one(uid)
 }
 
 fn normalize_image(image: &str) -> String {
@@ -438,6 +451,13 @@ fn parse_affinity_term(
 }
 
 impl PodInfo {
+    /// The controller UID the pod counts under for the "same controller"
+    /// matcher and in [`NodeInfo::controllers`]: its controller owner's,
+    /// unless the pod is terminating.
+    pub fn counted_controller(&self) -> Option<&str> {
+        self.counted_controller.as_deref()
+    }
+
     /// Parse a pod. Malformed parts (bad quantities, operators, selectors) do
     /// not fail here: they are kept in `parse_error`, and the pod is reported
     /// unschedulable with that message.
@@ -654,8 +674,21 @@ impl PodInfo {
                 Some(errors.join("; "))
             },
             start_time,
+            uid_hash: uid_hash(meta.uid.as_deref().unwrap_or_default()),
+            counted_controller: if meta.deletion_timestamp.is_some() {
+                None
+            } else {
+                super::topology_counts::controller_uid_of(&pod).map(Box::from)
+            },
             pod,
         }
+    }
+
+    /// Whether `other` has the same UID (the same pod, perhaps another
+    /// version of it): the kept hashes first, the strings only when they
+    /// agree.
+    pub fn same_uid(&self, other: &PodInfo) -> bool {
+        self.uid_hash == other.uid_hash && self.uid == other.uid
     }
 
     /// `namespace/name`.
@@ -901,7 +934,7 @@ impl NodeInfo {
         if !pod.required_anti_affinity.is_empty() {
             self.pods_with_required_anti_affinity += 1;
         }
-        if let Some(uid) = counted_controller(&pod) {
+        if let Some(uid) = pod.counted_controller() {
             match self.controllers.get_mut(uid) {
                 Some(n) => *n += 1,
                 None => {
@@ -956,6 +989,76 @@ impl NodeInfo {
     /// place). Panics if `i` is out of range.
     pub(crate) fn remove_pod_at(&mut self, i: usize) -> Arc<PodInfo> {
         let pod = self.pods.swap_remove(i);
+        self.take_off(&pod);
+        pod
+    }
+
+    /// Copy `source` into this info (reusing its allocations, as
+    /// `clone_from` does) without the pods `remove` picks; each of those is
+    /// passed to `removed`, in the node's order. The result is what
+    /// `clone_from` followed by removing those pods gives, but the pods
+    /// taken out are never copied (no reference count touched) and the
+    /// kept ones stay in the node's order. Preemption's dry runs start
+    /// from a node without its lower-priority pods.
+    pub fn clone_without<'s>(
+        &mut self,
+        source: &'s NodeInfo,
+        mut remove: impl FnMut(&PodInfo) -> bool,
+        mut removed: impl FnMut(&'s Arc<PodInfo>),
+    ) {
+        // Everything but the pods, as `clone_from` copies it.
+        let NodeInfo {
+            name,
+            id,
+            node,
+            allocatable,
+            requested,
+            non_zero_cpu,
+            non_zero_memory,
+            pods,
+            pods_with_affinity,
+            controllers,
+            pods_with_required_anti_affinity,
+            used_ports,
+            images,
+            taints,
+            unschedulable,
+            generation,
+            topology_ids,
+            lowest,
+        } = source;
+        self.name.clone_from(name);
+        self.id.clone_from(id);
+        self.node.clone_from(node);
+        self.allocatable.clone_from(allocatable);
+        self.requested.clone_from(requested);
+        self.non_zero_cpu = *non_zero_cpu;
+        self.non_zero_memory = *non_zero_memory;
+        self.pods_with_affinity = *pods_with_affinity;
+        self.controllers.clone_from(controllers);
+        self.pods_with_required_anti_affinity = *pods_with_required_anti_affinity;
+        self.used_ports.clone_from(used_ports);
+        self.images.clone_from(images);
+        self.taints.clone_from(taints);
+        self.unschedulable = *unschedulable;
+        self.generation = *generation;
+        self.topology_ids = *topology_ids;
+        self.lowest = *lowest;
+        self.pods.clear();
+        for p in pods {
+            if remove(p) {
+                self.take_off(p);
+                removed(p);
+            } else {
+                self.pods.push(Arc::clone(p));
+            }
+        }
+    }
+
+    /// Take a pod's share off the node's aggregates (the pod list is the
+    /// caller's business); a change like any other (generation bumped,
+    /// lowest priority to be worked out again).
+    fn take_off(&mut self, pod: &PodInfo) {
         self.requested.sub(&pod.requests);
         self.non_zero_cpu -= pod.non_zero_cpu;
         self.non_zero_memory -= pod.non_zero_memory;
@@ -971,10 +1074,10 @@ impl NodeInfo {
             self.pods_with_required_anti_affinity -= 1;
         }
         // With no controller counted on this node there is nothing to take
-        // off, and the pod object (its owner references) need not be read:
-        // preemption's dry runs remove pods from node copies by the hundred.
+        // off (and no hashing): preemption's dry runs remove pods from node
+        // copies by the hundred.
         if !self.controllers.is_empty()
-            && let Some(uid) = counted_controller(&pod)
+            && let Some(uid) = pod.counted_controller()
             && let Some(n) = self.controllers.get_mut(uid)
         {
             *n -= 1;
@@ -984,7 +1087,6 @@ impl NodeInfo {
         }
         self.lowest = Lowest::Stale;
         self.generation += 1;
-        pod
     }
 }
 
@@ -1000,4 +1102,122 @@ fn lowest_of(pods: &[Arc<PodInfo>]) -> Option<(i32, i64)> {
         });
     }
     best
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    //! `NodeInfo::clone_without` against `clone_from` plus removals.
+
+    use super::*;
+    use serde_json::json;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    fn pod(rng: &mut Rng, i: usize) -> Arc<PodInfo> {
+        let mut container = json!({"name": "c", "resources": {"requests": {
+            "cpu": format!("{}m", 100 * rng.next(10)),
+            "memory": format!("{}Mi", 100 * rng.next(10)),
+            "nvidia.com/gpu": rng.next(2).to_string()}}});
+        if rng.next(3) == 0 {
+            container["ports"] = json!([{"containerPort": 80, "hostPort": 8000 + rng.next(3)}]);
+        }
+        let mut spec = json!({"priority": rng.next(4), "containers": [container]});
+        if rng.next(4) == 0 {
+            spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}]}});
+        } else if rng.next(4) == 0 {
+            spec["affinity"] = json!({"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}}]}});
+        }
+        let mut meta = json!({"name": format!("p{i}"), "namespace": "default", "uid": format!("u{i}"),
+            "creationTimestamp": format!("2026-01-01T00:00:{:02}Z", rng.next(60))});
+        if rng.next(2) == 0 {
+            meta["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "name": "rs", "uid": format!("rs-{}", rng.next(3)), "controller": true}]);
+        }
+        if rng.next(5) == 0 {
+            meta["deletionTimestamp"] = json!("2026-01-01T00:01:00Z");
+        }
+        Arc::new(PodInfo::new(Arc::new(
+            serde_json::from_value(json!({"metadata": meta, "spec": spec})).unwrap(),
+        )))
+    }
+
+    /// Everything a filter could read, with the pods and ports as sets.
+    fn view(n: &NodeInfo) -> String {
+        let mut pods: Vec<&str> = n.pods.iter().map(|p| p.uid.as_str()).collect();
+        pods.sort();
+        let mut ports: Vec<String> = n.used_ports.iter().map(|p| format!("{p:?}")).collect();
+        ports.sort();
+        let mut controllers: Vec<(&str, u32)> =
+            n.controllers.iter().map(|(k, v)| (&**k, *v)).collect();
+        controllers.sort();
+        format!(
+            "{} {:?} {:?} {} {} {pods:?} {} {} {controllers:?} {ports:?} {:?} {:?} {} {:?}",
+            n.name,
+            n.allocatable,
+            n.requested,
+            n.non_zero_cpu,
+            n.non_zero_memory,
+            n.pods_with_affinity,
+            n.pods_with_required_anti_affinity,
+            n.taints,
+            n.unschedulable,
+            n.generation,
+            n.lowest_priority(),
+        )
+    }
+
+    #[test]
+    fn clone_without_is_clone_then_remove() {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let mut scratch = NodeInfo::default();
+        for round in 0..300 {
+            let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+                "metadata": {"name": format!("n{round}")},
+                "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+                "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "4"}}
+            }))
+            .unwrap();
+            let mut n = NodeInfo::new(Arc::new(node));
+            for i in 0..rng.next(8) {
+                n.add_pod(pod(&mut rng, i as usize));
+            }
+            let below = rng.next(5) as i32;
+            // The reference: a copy, then each pod below `below` removed.
+            let mut reference = n.clone();
+            let mut expected = Vec::new();
+            for i in (0..reference.pods.len()).rev() {
+                if reference.pods[i].priority < below {
+                    expected.push(reference.remove_pod_at(i).uid.clone());
+                }
+            }
+            expected.reverse();
+            // The scratch info still holds the previous round's node.
+            let mut removed = Vec::new();
+            scratch.clone_without(&n, |p| p.priority < below, |p| removed.push(p.uid.clone()));
+            assert_eq!(view(&scratch), view(&reference), "round {round}");
+            assert_eq!(
+                removed, expected,
+                "round {round}: removed, in the node's order"
+            );
+            let kept: Vec<&str> = n
+                .pods
+                .iter()
+                .filter(|p| p.priority >= below)
+                .map(|p| p.uid.as_str())
+                .collect();
+            let got: Vec<&str> = scratch.pods.iter().map(|p| p.uid.as_str()).collect();
+            assert_eq!(got, kept, "round {round}: kept, in the node's order");
+        }
+    }
 }

@@ -36,8 +36,10 @@ pub async fn bind_pod(client: &kube::Client, pod: &PodInfo, node: &str) -> Resul
     .header("Content-Type", "application/json")
     .body(serde_json::to_vec(&body).unwrap_or_default())
     .map_err(|e| e.to_string())?;
+    // The reply (a Status) is not needed: read as text, not decoded
+    // (an API error still comes back as the error).
     client
-        .request::<serde_json::Value>(req)
+        .request_text(req)
         .await
         .map(|_| ())
         .map_err(|e| e.to_string())

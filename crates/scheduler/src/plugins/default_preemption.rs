@@ -13,9 +13,9 @@ use serde::Deserialize;
 
 use super::helper::{decode_args, plugin};
 use crate::framework::{
-    Code, CycleState, Handle, NodeInfo, NodeToStatus, PodInfo, PostFilterContext, PostFilterPlugin,
-    PostFilterResult, Status,
-    runtime::{histogram_message, nominated_on},
+    Code, CycleState, FilterPlugin, Handle, NodeInfo, NodeToStatus, PodInfo, PostFilterContext,
+    PostFilterPlugin, PostFilterResult, Status,
+    runtime::{histogram_message, nominated_counts},
 };
 
 /// `DefaultPreemptionArgs`.
@@ -97,7 +97,7 @@ impl DefaultPreemption {
 #[derive(Debug, Clone)]
 pub struct Candidate {
     /// Node name.
-    pub node: String,
+    pub node: Arc<str>,
     /// Pods to delete.
     pub victims: Vec<Arc<PodInfo>>,
     /// How many victims violate a PodDisruptionBudget.
@@ -114,7 +114,7 @@ fn more_important(a: &PodInfo, b: &PodInfo) -> std::cmp::Ordering {
 impl DefaultPreemption {
     /// Per victim, whether evicting it (after the ones before it) violates
     /// a PodDisruptionBudget; `None` when no PDB exists (none does).
-    fn violates_pdb(&self, victims: &[Arc<PodInfo>]) -> Option<Vec<bool>> {
+    fn violates_pdb<'p>(&self, victims: impl Iterator<Item = &'p PodInfo>) -> Option<Vec<bool>> {
         let Ok(pdbs) = self.handle.pdbs.read() else {
             return None;
         };
@@ -124,7 +124,6 @@ impl DefaultPreemption {
         let mut allowed: Vec<i32> = pdbs.iter().map(|p| p.disruptions_allowed).collect();
         Some(
             victims
-                .iter()
                 .map(|v| {
                     let mut violating = false;
                     for (i, p) in pdbs.iter().enumerate() {
@@ -141,63 +140,87 @@ impl DefaultPreemption {
         )
     }
 
-    /// Try one node: remove every lower-priority pod; if the pod then fits,
-    /// add them back one by one (PDB-violating first, most important first)
-    /// while it still fits. The ones that cannot come back are the victims.
+    /// Try one node (at position `idx` in the snapshot): remove every
+    /// lower-priority pod; if the pod then fits, add them back one by one
+    /// (PDB-violating first, most important first) while it still fits.
+    /// The ones that cannot come back are the victims.
     ///
-    /// `info` is scratch space: the node is copied into it (reusing its
-    /// allocations), and the cycle state is copied only when a PreFilter
-    /// extension would change it.
-    fn select_victims(
+    /// `scratch` is kept between dry runs: the node without its
+    /// lower-priority pods is copied into `scratch.info` (reusing its
+    /// allocations, the removed pods never copied), and the candidate's
+    /// victim list is `scratch.victims` (taken). The cycle state is copied
+    /// only when a PreFilter extension would change it.
+    fn select_victims<'n>(
         &self,
-        ctx: &PostFilterContext<'_>,
-        state: &CycleState,
-        pod: &PodInfo,
-        node: &NodeInfo,
-        info: &mut NodeInfo,
+        d: &DryRuns<'n>,
+        idx: usize,
+        node: &'n NodeInfo,
+        scratch: &mut Scratch<'n>,
     ) -> Option<Candidate> {
-        let fw = ctx.framework;
-        if !node.pods.iter().any(|p| p.priority < pod.priority) {
+        let (pod, state) = (d.pod, d.state);
+        let Scratch {
+            info,
+            potential,
+            extra,
+            victims,
+        } = scratch;
+        // Any pod below the incoming pod's priority? The node keeps its
+        // lowest priority, so no pod is read for nodes without one.
+        if node
+            .lowest_priority()
+            .is_none_or(|(lowest, _)| lowest >= pod.priority)
+        {
             return None;
         }
-        info.clone_from(node);
-        let mut st = fw.has_active_extensions(state).then(|| state.clone());
-        let extra: Vec<&Arc<PodInfo>> = nominated_on(pod, &node.name, ctx.nominated).collect();
-        // Take every lower-priority pod out by position, last first (a
-        // removal moves the last pod into the hole, so positions before it
-        // stay valid and still hold the node's own pods): no search by UID
-        // per victim, and the removed pods are the potential victims.
-        let mut potential: Vec<Arc<PodInfo>> = Vec::new();
-        for i in (0..info.pods.len()).rev() {
-            if info.pods[i].priority < pod.priority {
-                let v = info.remove_pod_at(i);
-                if let Some(st) = st.as_mut() {
+        // The filters that read only the node object answer the same on
+        // every copy of it made below: asked once, on the node itself.
+        if !passes_all(&d.per_node, state, pod, node) {
+            return None;
+        }
+        extra.clear();
+        extra.extend(d.nominated_on(idx, node));
+        potential.clear();
+        let fw = d.framework;
+        let mut st = None;
+        if d.extensions {
+            // The extensions see the node after each removal, as
+            // kube-scheduler runs them: take the pods out one at a time,
+            // by position, last first (a removal moves the last pod into
+            // the hole, so positions before it still hold the node's own
+            // pods), then restore the node's order.
+            info.clone_from(node);
+            let st = st.insert(state.clone());
+            for i in (0..node.pods.len()).rev() {
+                if node.pods[i].priority < pod.priority {
+                    let v = info.remove_pod_at(i);
                     fw.run_pre_filter_remove_pod(st, pod, &v, info);
+                    potential.push(&node.pods[i]);
                 }
-                potential.push(v);
             }
+            potential.reverse();
+        } else {
+            info.clone_without(node, |p| p.priority < pod.priority, |p| potential.push(p));
         }
-        if !fits(fw, &mut st, state, pod, info, &extra) {
+        if !d.fits(&mut st, info, extra) {
             return None;
         }
-        // The node's order (the sort below is stable: equal pods are tried
-        // in the order they are on the node).
-        potential.reverse();
+        // Most important first; the sort is stable, so equal pods are
+        // tried in the order they are on the node.
         potential.sort_by(|a, b| more_important(a, b));
         // PDB-violating pods are tried first; without PDBs there is one group.
-        let violating = self.violates_pdb(&potential);
-        let mut victims = Vec::new();
+        let violating = self.violates_pdb(potential.iter().map(|p| &***p));
+        victims.clear();
         let mut pdb_violations = 0;
         for is_violating in [true, false] {
             for (i, p) in potential.iter().enumerate() {
                 if violating.as_ref().is_some_and(|v| v[i]) != is_violating {
                     continue;
                 }
-                info.add_pod(p.clone());
+                info.add_pod(Arc::clone(p));
                 if let Some(st) = st.as_mut() {
                     fw.run_pre_filter_add_pod(st, pod, p, info);
                 }
-                if fits(fw, &mut st, state, pod, info, &extra) {
+                if d.fits(&mut st, info, extra) {
                     continue; // reprieved
                 }
                 info.pop_pod();
@@ -207,7 +230,7 @@ impl DefaultPreemption {
                 if is_violating {
                     pdb_violations += 1;
                 }
-                victims.push(p.clone());
+                victims.push(Arc::clone(p));
             }
         }
         if victims.is_empty() {
@@ -215,56 +238,155 @@ impl DefaultPreemption {
         }
         victims.sort_by(|a, b| more_important(a, b));
         Some(Candidate {
-            node: node.name.clone(),
-            victims,
+            node: node.id.clone(),
+            victims: std::mem::take(victims),
             pdb_violations,
         })
     }
 }
 
-/// Whether `pod` passes the filters on the dry run's `info`, with the pods
-/// nominated there (`extra`) and without them: the answer
-/// `Framework::run_filter_with_nominated` gives, but the nominated pods are
-/// added to the dry run's copy and taken out again instead of copying it
-/// once more. `st` is the dry run's cycle state (`None`: no PreFilter
-/// extension runs, so `base` is read unchanged).
-fn fits(
-    fw: &crate::framework::Framework,
-    st: &mut Option<CycleState>,
-    base: &CycleState,
-    pod: &PodInfo,
-    info: &mut NodeInfo,
-    extra: &[&Arc<PodInfo>],
-) -> bool {
-    if !extra.is_empty() {
-        let mut ok = true;
-        let mut added = 0;
-        let mut extended = 0;
-        for p in extra {
-            info.add_pod(Arc::clone(p));
-            added += 1;
-            if let Some(st) = st.as_mut()
-                && !fw.run_pre_filter_add_pod(st, pod, p, info).is_success()
-            {
-                ok = false;
-                break;
-            }
-            extended += 1;
-        }
-        if ok {
-            ok = fw.run_filter_passes(st.as_ref().unwrap_or(base), pod, info);
-        }
-        for i in (0..added).rev() {
-            info.pop_pod();
-            if let Some(st) = st.as_mut().filter(|_| i < extended) {
-                fw.run_pre_filter_remove_pod(st, pod, extra[i], info);
-            }
-        }
-        if !ok {
-            return false;
+/// Scratch space the dry runs of one attempt reuse: the node copy, the
+/// potential victims and nominated pods found on it, and the victim list
+/// of the last candidate that lost.
+#[derive(Default)]
+struct Scratch<'n> {
+    info: NodeInfo,
+    potential: Vec<&'n Arc<PodInfo>>,
+    extra: Vec<&'n Arc<PodInfo>>,
+    victims: Vec<Arc<PodInfo>>,
+}
+
+/// What the dry runs of one preemption attempt share, worked out once.
+struct DryRuns<'a> {
+    framework: &'a crate::framework::Framework,
+    /// The cycle state after PreFilter.
+    state: &'a CycleState,
+    /// The preemptor.
+    pod: &'a PodInfo,
+    /// The filters the pod runs whose verdict may change as pods come and
+    /// go: asked on every check of a dry run.
+    per_check: Vec<&'a dyn FilterPlugin>,
+    /// The filters the pod runs that read only the node object
+    /// ([`FilterPlugin::ignores_node_pods`]): asked once per node.
+    per_node: Vec<&'a dyn FilterPlugin>,
+    /// Whether a PreFilter AddPod/RemovePod extension runs (a dry run then
+    /// keeps its own copy of the cycle state).
+    extensions: bool,
+    /// The pods nominated to nodes, sorted by node name.
+    nominated: &'a [(Arc<str>, Arc<PodInfo>)],
+    /// Each node's entries in `nominated` by snapshot position (empty when
+    /// nothing is nominated).
+    nominated_index: Vec<(u32, u32)>,
+}
+
+impl<'a> DryRuns<'a> {
+    fn new(ctx: &PostFilterContext<'a>, state: &'a CycleState, pod: &'a PodInfo) -> Self {
+        let fw = ctx.framework;
+        let (per_node, per_check) = fw
+            .active_filters(state)
+            .partition(|f| f.ignores_node_pods());
+        DryRuns {
+            framework: fw,
+            state,
+            pod,
+            per_check,
+            per_node,
+            extensions: fw.has_active_extensions(state),
+            nominated: ctx.nominated,
+            nominated_index: fw.nominated_index(ctx.snapshot, ctx.nominated),
         }
     }
-    fw.run_filter_passes(st.as_ref().unwrap_or(base), pod, info)
+
+    /// The pods nominated to the node at position `idx` that count when
+    /// filtering the preemptor there (others' of at least its priority).
+    fn nominated_on<'s>(
+        &'s self,
+        idx: usize,
+        node: &'s NodeInfo,
+    ) -> impl Iterator<Item = &'a Arc<PodInfo>> + 's {
+        let run: &'a [(Arc<str>, Arc<PodInfo>)] = match self.nominated_index.get(idx) {
+            Some(&(first, len)) if len > 0 => self
+                .nominated
+                .get(first as usize..(first + len) as usize)
+                .unwrap_or_default(),
+            _ => &[],
+        };
+        // The index is by position in the snapshot the context holds;
+        // the entries name this node.
+        debug_assert!(run.iter().all(|(n, _)| **n == *node.name));
+        let pod = self.pod;
+        run.iter()
+            .filter(move |(_, p)| nominated_counts(pod, p))
+            .map(|(_, p)| p)
+    }
+
+    /// Whether the preemptor passes the filters that may change on the dry
+    /// run's `info`, with the pods nominated there (`extra`) and without
+    /// them: the answer `Framework::run_filter_with_nominated` gives (the
+    /// node-only filters passed already), but the nominated pods are added
+    /// to the dry run's copy and taken out again instead of copying it once
+    /// more. `st` is the dry run's cycle state (`None`: no PreFilter
+    /// extension runs, so the cycle's state is read unchanged).
+    fn fits(
+        &self,
+        st: &mut Option<CycleState>,
+        info: &mut NodeInfo,
+        extra: &[&Arc<PodInfo>],
+    ) -> bool {
+        let (fw, pod) = (self.framework, self.pod);
+        if !extra.is_empty() {
+            let mut ok = true;
+            let mut added = 0;
+            let mut extended = 0;
+            for p in extra {
+                info.add_pod(Arc::clone(p));
+                added += 1;
+                if let Some(st) = st.as_mut()
+                    && !fw.run_pre_filter_add_pod(st, pod, p, info).is_success()
+                {
+                    ok = false;
+                    break;
+                }
+                extended += 1;
+            }
+            if ok {
+                ok = passes_all(
+                    &self.per_check,
+                    st.as_ref().unwrap_or(self.state),
+                    pod,
+                    info,
+                );
+            }
+            for i in (0..added).rev() {
+                info.pop_pod();
+                if let Some(st) = st.as_mut().filter(|_| i < extended) {
+                    fw.run_pre_filter_remove_pod(st, pod, extra[i], info);
+                }
+            }
+            if !ok {
+                return false;
+            }
+        }
+        passes_all(
+            &self.per_check,
+            st.as_ref().unwrap_or(self.state),
+            pod,
+            info,
+        )
+    }
+}
+
+/// Whether every filter passes (an Error counts as not passing, as in
+/// `Framework::run_filter_passes`).
+fn passes_all(
+    filters: &[&dyn FilterPlugin],
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+) -> bool {
+    filters
+        .iter()
+        .all(|f| matches!(f.passes(state, pod, node), Ok(true)))
 }
 
 /// The best key any candidate could have among `nodes` (kube-scheduler's
@@ -277,9 +399,12 @@ fn fits(
 /// Read from each node's kept [`NodeInfo::lowest_priority`] (no walk over
 /// every pod): the lowest priority overall is the lowest below `pod`'s
 /// whenever any pod is below it.
-fn best_possible(pod: &PodInfo, nodes: &[&NodeInfo]) -> Option<(i32, i64)> {
+fn best_possible<'n>(
+    pod: &PodInfo,
+    nodes: impl Iterator<Item = &'n NodeInfo>,
+) -> Option<(i32, i64)> {
     let mut best: Option<(i32, i64)> = None;
-    for (prio, start) in nodes.iter().filter_map(|n| n.lowest_priority()) {
+    for (prio, start) in nodes.filter_map(|n| n.lowest_priority()) {
         best = Some(match best {
             Some((b, s)) if b < prio => (b, s),
             Some((b, s)) if b == prio => (b, s.max(start)),
@@ -318,9 +443,11 @@ impl DefaultPreemption {
         let any_unresolvable = statuses
             .distinct()
             .any(|(s, _)| s.code == Code::UnschedulableAndUnresolvable);
-        let potential: Vec<&NodeInfo> = nodes
+        // Each node with its position in the snapshot.
+        let potential: Vec<(usize, &NodeInfo)> = nodes
             .iter()
-            .filter(|node| {
+            .enumerate()
+            .filter(|(_, node)| {
                 if node.node.is_none() {
                     return false;
                 }
@@ -349,23 +476,38 @@ impl DefaultPreemption {
             .max(self.abs)
             .min(potential.len());
         let offset = self.offset(potential.len());
-        let mut candidates = Vec::new();
+        // The best candidate so far (kube-scheduler's `pickOneNodeForPreemption`
+        // over the candidates in the order found: a later one replaces it
+        // only when strictly better) and how many were found.
+        let mut chosen: Option<Candidate> = None;
+        let mut found = 0;
         let mut statuses_out = not_helpful;
-        let mut scratch = NodeInfo::default();
+        let dry = DryRuns::new(ctx, state, pod);
+        let mut scratch = Scratch::default();
         // Worked out on the first candidate that could have it.
         let mut best: Option<Option<(i32, i64)>> = None;
         for i in 0..potential.len() {
-            let node = potential[(offset + i) % potential.len()];
-            match self.select_victims(ctx, state, pod, node, &mut scratch) {
+            let (idx, node) = potential[(offset + i) % potential.len()];
+            match self.select_victims(&dry, idx, node, &mut scratch) {
                 Some(c) => {
+                    found += 1;
                     let done = self.early_exit
                         && c.pdb_violations == 0
                         && c.victims.len() == 1
                         && is_best_possible(
                             &c,
-                            *best.get_or_insert_with(|| best_possible(pod, &potential)),
+                            *best.get_or_insert_with(|| {
+                                best_possible(pod, potential.iter().map(|(_, n)| *n))
+                            }),
                         );
-                    candidates.push(c);
+                    let better = chosen
+                        .as_ref()
+                        .is_none_or(|b| compare(&c, b) == std::cmp::Ordering::Less);
+                    let loser = if better { chosen.replace(c) } else { Some(c) };
+                    if let Some(loser) = loser {
+                        // its victim list is reused by the next candidate
+                        scratch.victims = loser.victims;
+                    }
                     if done {
                         break;
                     }
@@ -377,11 +519,11 @@ impl DefaultPreemption {
                     );
                 }
             }
-            if candidates.len() >= want {
+            if found >= want {
                 break;
             }
         }
-        pick_one(&candidates).cloned().ok_or_else(|| {
+        chosen.ok_or_else(|| {
             Status::unschedulable(format!(
                 "preemption: {}",
                 histogram_message(n, &statuses_out)
@@ -390,9 +532,15 @@ impl DefaultPreemption {
     }
 }
 
-/// Pick a candidate by kube-scheduler's rules.
+/// Pick a candidate by kube-scheduler's rules (the first of equals).
 pub fn pick_one(candidates: &[Candidate]) -> Option<&Candidate> {
-    candidates.iter().min_by(|a, b| {
+    candidates.iter().min_by(|a, b| compare(a, b))
+}
+
+/// kube-scheduler's order of candidates: `Less` when `a` is the better
+/// node to preempt on.
+fn compare(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
+    {
         let hi = |c: &Candidate| c.victims.first().map_or(i32::MIN, |v| v.priority);
         let sum = |c: &Candidate| {
             c.victims
@@ -416,7 +564,7 @@ pub fn pick_one(candidates: &[Candidate]) -> Option<&Candidate> {
             .then(sum(a).cmp(&sum(b)))
             .then(a.victims.len().cmp(&b.victims.len()))
             .then(earliest_top(b).cmp(&earliest_top(a)))
-    })
+    }
 }
 
 impl PostFilterPlugin for DefaultPreemption {
@@ -459,7 +607,7 @@ impl PostFilterPlugin for DefaultPreemption {
         }
         (
             Some(PostFilterResult {
-                nominated_node_name: Some(best.node.clone()),
+                nominated_node_name: Some(best.node.to_string()),
             }),
             Status::success(),
         )
@@ -475,6 +623,7 @@ mod tests {
     //! search kube-scheduler does.
 
     use super::*;
+    use crate::framework::runtime::nominated_on;
     use crate::framework::{CycleState, Framework, PdbInfo};
     use crate::{Input, SchedulerBuilder, SchedulerCore};
     use k8s_openapi::api::core::v1::{Node, Pod};
@@ -494,6 +643,25 @@ mod tests {
         let n: Node = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": {
                 "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": format!("z{zone}")}},
+            "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}}
+        }))
+        .unwrap();
+        Input::NodeApply(Arc::new(n))
+    }
+
+    /// A node that, by `kind`, carries a NoSchedule taint (0), is
+    /// cordoned (1) or is plain: the filters that read only the node
+    /// object (TaintToleration, NodeUnschedulable) then reject some nodes.
+    fn node_of_kind(name: &str, zone: u64, kind: u64) -> Input {
+        let spec = match kind {
+            0 => json!({"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}),
+            1 => json!({"unschedulable": true}),
+            _ => json!({}),
+        };
+        let n: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {
+                "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": format!("z{zone}")}},
+            "spec": spec,
             "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}}
         }))
         .unwrap();
@@ -567,7 +735,7 @@ mod tests {
             }
             victims_pool.sort_by(|a, b| more_important(a, b));
             let violating = plugin
-                .violates_pdb(&victims_pool)
+                .violates_pdb(victims_pool.iter().map(|p| &**p))
                 .unwrap_or_else(|| vec![false; victims_pool.len()]);
             let (viol, non_viol): (Vec<_>, Vec<_>) = victims_pool
                 .into_iter()
@@ -596,7 +764,7 @@ mod tests {
             }
             victims.sort_by(|a, b| more_important(a, b));
             candidates.push(Candidate {
-                node: node.name.clone(),
+                node: node.id.clone(),
                 victims,
                 pdb_violations,
             });
@@ -610,7 +778,7 @@ mod tests {
     fn key(c: &Option<Candidate>) -> Option<(String, Vec<String>, usize)> {
         c.as_ref().map(|c| {
             (
-                c.node.clone(),
+                c.node.to_string(),
                 c.victims.iter().map(|v| v.uid.clone()).collect(),
                 c.pdb_violations,
             )
@@ -667,22 +835,27 @@ mod tests {
         let rt = runtime();
         let mut rng = Rng(0x2545_F491_4F6C_DD1D);
         let mut found = 0;
-        for round in 0..150 {
+        for round in 0..300 {
             let mut c = core(&rt);
             let nodes = 4 + rng.next(24);
             for i in 0..nodes {
-                c.handle_input(node(&format!("n{i}"), rng.next(3)));
+                c.handle_input(node_of_kind(&format!("n{i}"), rng.next(3), rng.next(6)));
             }
             for i in 0..nodes {
                 for j in 0..rng.next(6) {
                     let prio = [0, 0, 5, 10, 50, 200][rng.next(6) as usize];
                     let app = if rng.next(2) == 0 { "a" } else { "b" };
                     // anti-affinity on some pods exercises the PreFilter extensions
-                    let extra = if rng.next(8) == 0 {
+                    let mut extra = if rng.next(8) == 0 {
                         json!({"nodeName": format!("n{i}"), "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}]}}})
                     } else {
                         json!({"nodeName": format!("n{i}")})
                     };
+                    // a host port on some pods (NodePorts depends on them)
+                    if rng.next(6) == 0 {
+                        extra["containers"] = json!([{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
+                            "resources": {"requests": {"cpu": format!("{}m", 300 + 100 * rng.next(10))}}}]);
+                    }
                     let p = pod(
                         &format!("p{i}-{j}"),
                         300 + 100 * rng.next(10),
@@ -754,14 +927,25 @@ mod tests {
                     json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "b"}}}]}}})
                 }
             };
-            let preemptor = pod(
-                &format!("hi{round}"),
-                1000 + 500 * rng.next(6),
-                100,
-                rng.next(4),
-                "a",
-                extra,
-            );
+            let mut extra = extra;
+            // What the node-only filters decide: tolerating the taint, a
+            // zone selector, a node name; and a host port for NodePorts.
+            if rng.next(2) == 0 {
+                extra["tolerations"] = json!([{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]);
+            }
+            if rng.next(3) == 0 {
+                extra["nodeSelector"] =
+                    json!({"topology.kubernetes.io/zone": format!("z{}", rng.next(3))});
+            }
+            if rng.next(8) == 0 {
+                extra["nodeName"] = json!(format!("n{}", rng.next(nodes)));
+            }
+            let cpu = 1000 + 500 * rng.next(6);
+            if rng.next(4) == 0 {
+                extra["containers"] = json!([{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
+                    "resources": {"requests": {"cpu": format!("{cpu}m")}}}]);
+            }
+            let preemptor = pod(&format!("hi{round}"), cpu, 100, rng.next(4), "a", extra);
             let args = if rng.next(2) == 0 {
                 json!({})
             } else {
@@ -775,7 +959,7 @@ mod tests {
                 found += 1;
             }
         }
-        assert!(found > 50, "only {found} of 150 rounds found a candidate");
+        assert!(found > 100, "only {found} of 300 rounds found a candidate");
     }
 
     /// The failed filter pass records, for every node, what kube-scheduler's

@@ -175,6 +175,11 @@ impl PreFilterPlugin for NodeAffinity {
 }
 
 impl FilterPlugin for NodeAffinity {
+    /// Reads the node object only (its labels, through the ids PreFilter compiled).
+    fn ignores_node_pods(&self) -> bool {
+        true
+    }
+
     fn passes(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<bool, Status> {
         Ok(state
             .read::<Compiled>(STATE_KEY)

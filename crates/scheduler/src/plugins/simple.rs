@@ -61,6 +61,11 @@ plugin!(
 );
 
 impl FilterPlugin for NodeUnschedulable {
+    /// Reads the node object only (`spec.unschedulable` and the pod's tolerations).
+    fn ignores_node_pods(&self) -> bool {
+        true
+    }
+
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         if !node.unschedulable {
             return Status::success();
@@ -103,6 +108,11 @@ impl PreFilterPlugin for NodeName {
 }
 
 impl FilterPlugin for NodeName {
+    /// Reads the node object only (its name).
+    fn ignores_node_pods(&self) -> bool {
+        true
+    }
+
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         match pod.node_name() {
             Some(n) if n != node.name => {

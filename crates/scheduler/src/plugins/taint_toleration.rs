@@ -17,6 +17,11 @@ plugin!(
 );
 
 impl FilterPlugin for TaintToleration {
+    /// Reads the node object only (its taints and the pod's tolerations).
+    fn ignores_node_pods(&self) -> bool {
+        true
+    }
+
     fn passes(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<bool, Status> {
         Ok(node.taints.iter().all(|taint| {
             (taint.effect != "NoSchedule" && taint.effect != "NoExecute")
