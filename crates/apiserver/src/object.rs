@@ -61,24 +61,13 @@ pub fn without_managed_fields(obj: &bytes::Bytes) -> bytes::Bytes {
 }
 
 /// The byte range to remove for `"managedFields":[…]` in the object's
-/// metadata, with one adjoining comma.
+/// metadata, with one adjoining comma. Only the object's leading entries up
+/// to `metadata`, and metadata's up to `managedFields`, are scanned (the
+/// server writes keys sorted, so spec and status are never read).
 fn managed_fields_span(obj: &[u8]) -> Option<std::ops::Range<usize>> {
-    use serde_json::value::RawValue;
-    #[derive(serde::Deserialize)]
-    struct Top<'a> {
-        #[serde(borrow)]
-        metadata: Option<&'a RawValue>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Meta<'a> {
-        #[serde(borrow, rename = "managedFields")]
-        managed_fields: Option<&'a RawValue>,
-    }
     const KEY: &[u8] = b"\"managedFields\":";
-    let top: Top<'_> = serde_json::from_slice(obj).ok()?;
-    let meta = top.metadata?.get();
-    let m: Meta<'_> = serde_json::from_str(meta).ok()?;
-    let value = m.managed_fields?.get();
+    let meta = leading_field(obj, "metadata")?.get();
+    let value = leading_field(meta.as_bytes(), "managedFields")?.get();
     // Offsets of the borrowed slices inside `obj`.
     let base = obj.as_ptr() as usize;
     let meta_start = meta.as_ptr() as usize - base;
@@ -94,6 +83,44 @@ fn managed_fields_span(obj: &[u8]) -> Option<std::ops::Range<usize>> {
         (b'{', Some(b'}')) => Some(key..end),
         _ => None,
     }
+}
+
+/// The raw value of the top-level entry `name` of the JSON object `json`,
+/// reading the object's entries only up to that one (the rest is not
+/// parsed). `None` when `json` is not an object, has no such entry, or has
+/// an escaped key before it.
+fn leading_field<'a>(json: &'a [u8], name: &str) -> Option<&'a serde_json::value::RawValue> {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+    use serde_json::value::RawValue;
+    struct Find<'n, 'a> {
+        name: &'n str,
+        found: &'n mut Option<&'a RawValue>,
+    }
+    impl<'de> Visitor<'de> for Find<'_, 'de> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(k) = map.next_key::<&'de str>()? {
+                if k == self.name {
+                    *self.found = Some(map.next_value::<&'de RawValue>()?);
+                    // Stop here: the caller ignores the error serde_json
+                    // reports for the entries left unread.
+                    return Ok(());
+                }
+                map.next_value::<IgnoredAny>()?;
+            }
+            Ok(())
+        }
+    }
+    let mut found = None;
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let _ = de.deserialize_map(Find {
+        name,
+        found: &mut found,
+    });
+    found
 }
 
 /// Now, as an RFC 3339 timestamp with second precision (metav1.Time).
@@ -345,6 +372,18 @@ mod managed_fields_tests {
         // The spec's own field of that name is kept.
         let v = json!({"metadata": {"managedFields": mf}, "spec": {"managedFields": [1]}});
         assert_eq!(strip(&v)["spec"]["managedFields"], json!([1]));
+    }
+
+    #[test]
+    fn only_the_entries_up_to_metadata_are_read() {
+        // What follows metadata is not parsed (here it is not even JSON).
+        let b = bytes::Bytes::from(
+            r#"{"kind":"X","metadata":{"managedFields":[{"a":1}],"name":"p"},"spec":{oops"#,
+        );
+        assert_eq!(
+            without_managed_fields(&b),
+            bytes::Bytes::from(r#"{"kind":"X","metadata":{"name":"p"},"spec":{oops"#)
+        );
     }
 
     #[test]
