@@ -3,8 +3,10 @@
 //! Deployments rolling out, scaling and undoing, EndpointSlices following
 //! readiness, Jobs completing, DaemonSets skipping tainted nodes,
 //! StatefulSets in order, nodes going NotReady when their heartbeats stop,
-//! graceful deletion, a restart resuming, the Memcached sample, and node
-//! config errors.
+//! graceful deletion, a restart resuming, the Memcached sample, node
+//! config errors, and kubectl-created pods placed by the scheduler's rules
+//! (resource fit, node selector, GPUs and taints, anti-affinity, priority
+//! preemption) with `kubectl describe` showing FailedScheduling.
 
 mod common;
 
@@ -301,6 +303,217 @@ fn node_config_job_and_daemonset_on_untainted_nodes() {
     assert_eq!(
         nodes,
         BTreeSet::from(["worker-0".to_string(), "worker-1".to_string()])
+    );
+    c.stop();
+}
+
+/// Pods for the scheduler's rules, applied with kubectl in one document.
+const SCHEDULING_PODS: &str = "\
+apiVersion: v1
+kind: Pod
+metadata: {name: too-big}
+spec:
+  containers: [{name: c, image: busybox, resources: {requests: {cpu: \"100\"}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: in-zone-b}
+spec:
+  nodeSelector: {topology.kubernetes.io/zone: zone-b}
+  containers: [{name: c, image: busybox}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-job}
+spec:
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  containers: [{name: c, image: cuda, resources: {limits: {nvidia.com/gpu: \"2\"}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: no-toleration}
+spec:
+  containers: [{name: c, image: busybox, resources: {requests: {cpu: \"7\"}}}]
+";
+
+/// Three pods that must not share a node: two fit on the untainted
+/// workers, the third cannot.
+fn anti_pod(name: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, labels: {{app: anti}}}}
+spec:
+  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        - topologyKey: kubernetes.io/hostname
+          labelSelector: {{matchLabels: {{app: anti}}}}
+  containers: [{{name: c, image: busybox}}]
+"
+    )
+}
+
+const PREEMPTION: &str = "\
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: urgent}
+value: 1000
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: urgent}
+spec:
+  priorityClassName: urgent
+  nodeSelector: {topology.kubernetes.io/zone: zone-b}
+  containers: [{name: c, image: busybox, resources: {requests: {cpu: \"4\"}}}]
+";
+
+/// The status of `pod` as `node|phase`.
+fn placed(c: &Cluster, k: &Path, pod: &str) -> String {
+    c.ok(
+        k,
+        &[
+            "get",
+            "pod",
+            pod,
+            "-o",
+            "jsonpath={.spec.nodeName}|{.status.phase}",
+        ],
+    )
+}
+
+#[test]
+fn kubectl_pods_are_placed_by_the_scheduling_rules() {
+    let k = default_kubectl();
+    let dir = TempDir::new("scheduling");
+    let cfg = dir.0.join("nodes.yaml");
+    std::fs::write(&cfg, NODE_CONFIG).expect("write config");
+    let cfg_arg = cfg.display().to_string();
+    let c = Cluster::start_in(dir, &["--memory", "--node-config", &cfg_arg]);
+    c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(SCHEDULING_PODS));
+
+    // Node affinity by selector, the GPU node for the pod that tolerates
+    // its taint and asks for GPUs, and a worker for the pod that does not.
+    wait_for("the placeable pods to run", Duration::from_secs(30), || {
+        ["in-zone-b", "gpu-job", "no-toleration"]
+            .iter()
+            .all(|p| placed(&c, &k, p).ends_with("|Running"))
+    });
+    assert_eq!(placed(&c, &k, "in-zone-b"), "worker-1|Running");
+    assert_eq!(placed(&c, &k, "gpu-job"), "gpu-0|Running");
+    let worker = placed(&c, &k, "no-toleration");
+    assert!(worker.starts_with("worker-"), "{worker}");
+
+    // Resource fit: no node has 100 CPUs; describe shows why.
+    assert_eq!(placed(&c, &k, "too-big"), "|Pending");
+    wait_for("a FailedScheduling event", Duration::from_secs(30), || {
+        let d = c.ok(&k, &["describe", "pod", "too-big"]);
+        d.contains("FailedScheduling") && d.contains("Insufficient cpu")
+    });
+    let d = c.ok(&k, &["describe", "pod", "too-big"]);
+    assert!(d.contains("0/3 nodes are available"), "{d}");
+
+    // Required anti-affinity by hostname: two pods on the two workers, the
+    // third (the GPU node is tainted) stays Pending and says why (the
+    // running pods' own term rejects it first: "didn't satisfy existing
+    // pods anti-affinity rules", as kube-scheduler words it).
+    let anti: String = ["anti-1", "anti-2", "anti-3"]
+        .iter()
+        .map(|n| anti_pod(n))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(&anti));
+    wait_for(
+        "two anti-affinity pods to run",
+        Duration::from_secs(30),
+        || running(&pods(&c, &k, "app=anti")) == 2,
+    );
+    let nodes: BTreeSet<String> = pods(&c, &k, "app=anti")
+        .into_iter()
+        .filter(|p| p.phase == "Running")
+        .map(|p| p.node)
+        .collect();
+    assert_eq!(
+        nodes,
+        BTreeSet::from(["worker-0".to_string(), "worker-1".to_string()])
+    );
+    wait_for(
+        "the third pod's FailedScheduling",
+        Duration::from_secs(30),
+        || {
+            let pending: Vec<PodRow> = pods(&c, &k, "app=anti")
+                .into_iter()
+                .filter(|p| p.phase == "Pending")
+                .collect();
+            pending.len() == 1
+                && c.ok(&k, &["describe", "pod", &pending[0].name])
+                    .contains("anti-affinity rules")
+        },
+    );
+
+    // Priority preemption: zone b's worker has 8 CPUs, 7 of them taken by
+    // priority-0 pods at most; the urgent pod needs 4 and evicts to fit.
+    let before = c.ok(
+        &k,
+        &[
+            "get",
+            "pods",
+            "--field-selector",
+            "spec.nodeName=worker-1",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
+    );
+    let filler = "\
+apiVersion: v1
+kind: Pod
+metadata: {name: filler}
+spec:
+  terminationGracePeriodSeconds: 0
+  nodeSelector: {topology.kubernetes.io/zone: zone-b}
+  containers: [{name: c, image: busybox, resources: {requests: {cpu: \"5\"}}}]
+";
+    // Fill worker-1 unless the 7-CPU pod already did.
+    if !before.contains("no-toleration") {
+        c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(filler));
+        wait_for("the filler to run", Duration::from_secs(30), || {
+            placed(&c, &k, "filler") == "worker-1|Running"
+        });
+    }
+    c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(PREEMPTION));
+    wait_for(
+        "the urgent pod to run on worker-1",
+        Duration::from_secs(60),
+        || placed(&c, &k, "urgent") == "worker-1|Running",
+    );
+    let nominated_or_gone = c.kubectl(&k, &["get", "pod", "filler", "no-toleration", "-o", "jsonpath={range .items[*]}{.metadata.name}|{.spec.nodeName}|{.metadata.deletionTimestamp}{\"\\n\"}{end}"]);
+    let left = String::from_utf8_lossy(&nominated_or_gone.stdout).to_string();
+    assert!(
+        !left
+            .lines()
+            .any(|l| l.contains("|worker-1|") && l.ends_with('|')),
+        "the low-priority pod on worker-1 was preempted: {left}"
+    );
+    let events = c.ok(
+        &k,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "reason=Preempted",
+            "-o",
+            "jsonpath={.items[*].involvedObject.name}",
+        ],
+    );
+    let victim = if before.contains("no-toleration") {
+        "no-toleration"
+    } else {
+        "filler"
+    };
+    assert!(
+        events.split_whitespace().any(|n| n == victim),
+        "a Preempted event on {victim}: {events:?}"
     );
     c.stop();
 }

@@ -1099,7 +1099,16 @@ async fn reporter(client: kube::Client, mut rx: tokio::sync::mpsc::UnboundedRece
     }
 }
 
-async fn post_event(client: &kube::Client, pod: &PodInfo, type_: &str, reason: &str, note: &str) {
+/// Write an events.k8s.io/v1 Event about `pod`, as kube-scheduler's
+/// recorder does (`Scheduled`, `FailedScheduling`, and `Preempted` on a
+/// preemption victim).
+pub(crate) async fn post_event(
+    client: &kube::Client,
+    pod: &PodInfo,
+    type_: &str,
+    reason: &str,
+    note: &str,
+) {
     let now = jiff::Timestamp::now();
     let ev = json!({
         "apiVersion": "events.k8s.io/v1",
@@ -1108,7 +1117,11 @@ async fn post_event(client: &kube::Client, pod: &PodInfo, type_: &str, reason: &
         "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string(),
         "reportingController": "default-scheduler",
         "reportingInstance": "default-scheduler-kubeforge",
-        "action": if reason == "Scheduled" { "Binding" } else { "Scheduling" },
+        "action": match reason {
+            "Scheduled" => "Binding",
+            "Preempted" => "Preempting",
+            _ => "Scheduling",
+        },
         "reason": reason,
         "note": note,
         "type": type_,

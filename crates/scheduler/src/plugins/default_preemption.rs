@@ -591,6 +591,7 @@ impl PostFilterPlugin for DefaultPreemption {
             for v in best.victims.iter().cloned() {
                 let client = client.clone();
                 let preemptor = pod.key();
+                let preemptor_uid = pod.uid.clone();
                 let node = best.node.clone();
                 rt.spawn(async move {
                     let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, &v.namespace);
@@ -599,7 +600,12 @@ impl PostFilterPlugin for DefaultPreemption {
                         ..Default::default()
                     };
                     match api.delete(&v.name, &dp).await {
-                        Ok(_) => tracing::info!(victim = %v.key(), preemptor = %preemptor, node = %node, "preempted"),
+                        Ok(_) => {
+                            tracing::info!(victim = %v.key(), preemptor = %preemptor, node = %node, "preempted");
+                            // kube-scheduler's event on the victim.
+                            let note = format!("Preempted by pod {preemptor_uid} on node {node}");
+                            crate::scheduler::post_event(&api.into_client(), &v, "Normal", "Preempted", &note).await;
+                        }
                         Err(e) => tracing::warn!(victim = %v.key(), error = %e, "deleting a preemption victim failed"),
                     }
                 });
