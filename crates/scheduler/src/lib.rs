@@ -31,6 +31,8 @@ pub mod priority;
 pub mod quantity;
 pub mod queue;
 pub mod scheduler;
+#[cfg(test)]
+mod test_rng;
 
 pub use config::{ConfigError, SchedulerConfiguration};
 pub use framework::{Framework, Handle, Plugin, Registry, Status};

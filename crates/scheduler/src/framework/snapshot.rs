@@ -24,13 +24,16 @@ impl Topology {
     fn get_mut(&mut self) -> &mut TopologyCounts {
         self.0.get_mut().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The counts behind the lock, for a reader holding `&Snapshot`.
+    fn lock(&self) -> std::sync::MutexGuard<'_, TopologyCounts> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Clone for Topology {
     fn clone(&self) -> Self {
-        Topology(Mutex::new(
-            self.0.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-        ))
+        Topology(Mutex::new(self.lock().clone()))
     }
 }
 
@@ -147,9 +150,7 @@ impl Snapshot {
         required: &[String],
     ) -> DomainCounts {
         self.topology
-            .0
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .get(&self.nodes, namespace, matcher, key, required)
     }
 
@@ -167,9 +168,7 @@ impl Snapshot {
         unique: bool,
     ) -> Option<Vec<i64>> {
         self.topology
-            .0
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .get_by_id(&self.nodes, namespace, matcher, key, required, unique)
     }
 

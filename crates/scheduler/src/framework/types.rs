@@ -837,45 +837,8 @@ impl Clone for NodeInfo {
     /// Reuses this info's allocations (preemption's dry runs copy one node
     /// after another into the same scratch info).
     fn clone_from(&mut self, source: &Self) {
-        // Destructured so that a new field cannot be forgotten here.
-        let NodeInfo {
-            name,
-            id,
-            node,
-            allocatable,
-            requested,
-            non_zero_cpu,
-            non_zero_memory,
-            pods,
-            pods_with_affinity,
-            controllers,
-            pods_with_required_anti_affinity,
-            used_ports,
-            images,
-            taints,
-            unschedulable,
-            generation,
-            topology_ids,
-            lowest,
-        } = source;
-        self.name.clone_from(name);
-        self.id.clone_from(id);
-        self.node.clone_from(node);
-        self.allocatable.clone_from(allocatable);
-        self.requested.clone_from(requested);
-        self.non_zero_cpu = *non_zero_cpu;
-        self.non_zero_memory = *non_zero_memory;
+        let pods = self.copy_all_but_pods(source);
         self.pods.clone_from(pods);
-        self.pods_with_affinity = *pods_with_affinity;
-        self.controllers.clone_from(controllers);
-        self.pods_with_required_anti_affinity = *pods_with_required_anti_affinity;
-        self.used_ports.clone_from(used_ports);
-        self.images.clone_from(images);
-        self.taints.clone_from(taints);
-        self.unschedulable = *unschedulable;
-        self.generation = *generation;
-        self.topology_ids = *topology_ids;
-        self.lowest = *lowest;
     }
 }
 
@@ -1006,7 +969,23 @@ impl NodeInfo {
         mut remove: impl FnMut(&PodInfo) -> bool,
         mut removed: impl FnMut(&'s Arc<PodInfo>),
     ) {
-        // Everything but the pods, as `clone_from` copies it.
+        let pods = self.copy_all_but_pods(source);
+        self.pods.clear();
+        for p in pods {
+            if remove(p) {
+                self.take_off(p);
+                removed(p);
+            } else {
+                self.pods.push(Arc::clone(p));
+            }
+        }
+    }
+
+    /// Copy every field of `source` but the pod list (which is returned,
+    /// for the caller to copy whole or in part), reusing this info's
+    /// allocations.
+    fn copy_all_but_pods<'s>(&mut self, source: &'s NodeInfo) -> &'s Vec<Arc<PodInfo>> {
+        // Destructured so that a new field cannot be forgotten here.
         let NodeInfo {
             name,
             id,
@@ -1044,15 +1023,7 @@ impl NodeInfo {
         self.generation = *generation;
         self.topology_ids = *topology_ids;
         self.lowest = *lowest;
-        self.pods.clear();
-        for p in pods {
-            if remove(p) {
-                self.take_off(p);
-                removed(p);
-            } else {
-                self.pods.push(Arc::clone(p));
-            }
-        }
+        pods
     }
 
     /// Take a pod's share off the node's aggregates (the pod list is the
@@ -1112,15 +1083,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
+    use crate::test_rng::Rng;
 
     fn pod(rng: &mut Rng, i: usize) -> Arc<PodInfo> {
         let mut container = json!({"name": "c", "resources": {"requests": {

@@ -635,15 +635,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{Node, Pod};
     use serde_json::json;
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
+    use crate::test_rng::Rng;
 
     fn node(name: &str, zone: u64) -> Input {
         let n: Node = serde_json::from_value(json!({
