@@ -477,17 +477,11 @@ async fn periodic_compaction_keeps_the_configured_window() {
     ))
     .body(Full::new(Bytes::new()))
     .expect("req");
-    let body = server
-        .handle(req)
-        .await
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    let first: Value =
-        serde_json::from_slice(body.split(|b| *b == b'\n').next().expect("line")).expect("json");
-    assert_eq!(first["type"], "ADDED");
+    let events = watch_events(&server, req).await;
+    assert_eq!(
+        events.first().map(|e| &e["type"]),
+        Some(&Value::from("ADDED"))
+    );
     let req = Request::get(format!("{path}?watch=true&resourceVersion=2"))
         .body(Full::new(Bytes::new()))
         .expect("req");
