@@ -24,13 +24,8 @@ pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
 /// metadata-only watch (the garbage collector's) costs a scan per event
 /// instead of a decode and re-encode. `None` when `obj` is not a JSON object.
 pub fn partial_metadata_json(obj: &[u8]) -> Option<Vec<u8>> {
-    #[derive(serde::Deserialize)]
-    struct Meta<'a> {
-        #[serde(borrow)]
-        metadata: Option<&'a serde_json::value::RawValue>,
-    }
-    let m: Meta<'_> = serde_json::from_slice(obj).ok()?;
-    let meta = m.metadata.map_or("{}", |r| match r.get() {
+    let meta = leading_field(obj, "metadata")?;
+    let meta = meta.map_or("{}", |r| match r.get() {
         "null" => "{}",
         raw => raw,
     });
@@ -66,8 +61,8 @@ pub fn without_managed_fields(obj: &bytes::Bytes) -> bytes::Bytes {
 /// server writes keys sorted, so spec and status are never read).
 fn managed_fields_span(obj: &[u8]) -> Option<std::ops::Range<usize>> {
     const KEY: &[u8] = b"\"managedFields\":";
-    let meta = leading_field(obj, "metadata")?.get();
-    let value = leading_field(meta.as_bytes(), "managedFields")?.get();
+    let meta = leading_field(obj, "metadata")??.get();
+    let value = leading_field(meta.as_bytes(), "managedFields")??.get();
     // Offsets of the borrowed slices inside `obj`.
     let base = obj.as_ptr() as usize;
     let meta_start = meta.as_ptr() as usize - base;
@@ -87,9 +82,12 @@ fn managed_fields_span(obj: &[u8]) -> Option<std::ops::Range<usize>> {
 
 /// The raw value of the top-level entry `name` of the JSON object `json`,
 /// reading the object's entries only up to that one (the rest is not
-/// parsed). `None` when `json` is not an object, has no such entry, or has
-/// an escaped key before it.
-fn leading_field<'a>(json: &'a [u8], name: &str) -> Option<&'a serde_json::value::RawValue> {
+/// parsed). `Some(None)`: a valid object without that entry. `None`: not a
+/// JSON object (or an escaped key before the entry).
+fn leading_field<'a>(
+    json: &'a [u8],
+    name: &str,
+) -> Option<Option<&'a serde_json::value::RawValue>> {
     use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
     use serde_json::value::RawValue;
     struct Find<'n, 'a> {
@@ -116,11 +114,17 @@ fn leading_field<'a>(json: &'a [u8], name: &str) -> Option<&'a serde_json::value
     }
     let mut found = None;
     let mut de = serde_json::Deserializer::from_slice(json);
-    let _ = de.deserialize_map(Find {
+    let read = de.deserialize_map(Find {
         name,
         found: &mut found,
     });
-    found
+    // Found: the error for the unread rest does not matter. Not found: only
+    // a whole, valid object says so.
+    match (found, read.and_then(|()| de.end())) {
+        (Some(raw), _) => Some(Some(raw)),
+        (None, Ok(())) => Some(None),
+        (None, Err(_)) => None,
+    }
 }
 
 /// Now, as an RFC 3339 timestamp with second precision (metav1.Time).
