@@ -155,10 +155,11 @@ impl Snapshot {
     }
 
     /// As [`topology_counts`](Self::topology_counts) for a well-known key
-    /// (`None` for another key): the counts indexed by the interned value
-    /// id, as in the [`NodeInfo::topology_ids`] this snapshot stamps (an id
-    /// past the end counts 0). With `unique`, `None` too when two counted
-    /// nodes share a value.
+    /// (`None` for another key): the counts of the interned value ids
+    /// `wanted` (as in the [`NodeInfo::topology_ids`] this snapshot
+    /// stamps), in that order; an unknown id counts 0. With `unique`,
+    /// `None` too when two counted nodes share a value.
+    #[allow(clippy::too_many_arguments)]
     pub fn topology_counts_by_id(
         &self,
         namespace: &str,
@@ -166,10 +167,17 @@ impl Snapshot {
         key: &str,
         required: &[String],
         unique: bool,
+        wanted: &[u32],
     ) -> Option<Vec<i64>> {
-        self.topology
-            .lock()
-            .get_by_id(&self.nodes, namespace, matcher, key, required, unique)
+        self.topology.lock().get_by_id(
+            &self.nodes,
+            namespace,
+            matcher,
+            key,
+            required,
+            unique,
+            wanted,
+        )
     }
 
     /// This snapshot's id and the interned id of `value` for the well-known

@@ -242,10 +242,12 @@ impl TopologyCounts {
     }
 
     /// As [`get`](Self::get), for a well-known key (`None` otherwise): the
-    /// counts by the interned value id of the nodes' topology ids (0 for an
-    /// id past the end or of no counted node). `None` too when `unique` is
-    /// asked and two counted nodes share a value (so a value's count is not
-    /// one node's).
+    /// counts of the interned value ids `wanted` (the nodes' topology ids;
+    /// 0 for an id of no counted node), in that order. `None` too when
+    /// `unique` is asked and two counted nodes share a value (so a value's
+    /// count is not one node's). Only the asked ids are copied out: the
+    /// scored nodes are a few hundred of possibly thousands.
+    #[allow(clippy::too_many_arguments)]
     pub fn get_by_id(
         &mut self,
         nodes: &[NodeInfo],
@@ -254,13 +256,20 @@ impl TopologyCounts {
         key: &str,
         required: &[String],
         unique: bool,
+        wanted: &[u32],
     ) -> Option<Vec<i64>> {
         let i = self.entry(nodes, namespace, matcher, key, required);
         let e = &self.entries[i];
         if unique && e.shared > 0 {
             return None;
         }
-        e.by_id.as_ref().map(|(_, v)| v.clone())
+        let (_, by_id) = e.by_id.as_ref()?;
+        Some(
+            wanted
+                .iter()
+                .map(|&id| by_id.get(id as usize).copied().unwrap_or(0))
+                .collect(),
+        )
     }
 
     /// The position of the constraint's entry, built (and indexed) if new.
@@ -280,9 +289,19 @@ impl TopologyCounts {
         }
         req.sort();
         req.dedup();
-        let found = self.entries.iter().position(|e| {
+        let same = |e: &Entry| {
             e.key == key && e.namespace == namespace && e.required == req && e.matcher == *matcher
-        });
+        };
+        // A "same controller" entry is among its UID's few; the others
+        // are scanned (hundreds of workloads make the former many).
+        let candidates: &[usize] = match matcher {
+            PodMatcher::Controller(uid) => self
+                .by_controller
+                .get(uid.as_str())
+                .map_or(&[], Vec::as_slice),
+            _ => &self.others,
+        };
+        let found = candidates.iter().copied().find(|&i| same(&self.entries[i]));
         let i = match found {
             Some(i) => i,
             None => {
@@ -565,19 +584,21 @@ mod tests {
         scanned.sort();
         assert_eq!(sorted(&kept), scanned, "incremental vs pod scan");
         // By hostname id: each node's own matching pods.
+        let ids: Vec<u32> = s
+            .nodes()
+            .iter()
+            .map(|n| {
+                let (sid, ids) = n.topology_ids.unwrap();
+                assert_eq!(sid, s.id());
+                ids[0]
+            })
+            .collect();
         let by_id = s
-            .topology_counts_by_id("default", m, HOSTNAME, &[], true)
+            .topology_counts_by_id("default", m, HOSTNAME, &[], true, &ids)
             .unwrap();
-        for n in s.nodes() {
-            let (sid, ids) = n.topology_ids.unwrap();
-            assert_eq!(sid, s.id());
+        for (n, got) in s.nodes().iter().zip(by_id) {
             let c = n.pods.iter().filter(|p| m.counts("default", p)).count() as i64;
-            assert_eq!(
-                by_id.get(ids[0] as usize).copied().unwrap_or(0),
-                c,
-                "node {}",
-                n.name
-            );
+            assert_eq!(got, c, "node {}", n.name);
         }
         let want: Vec<(String, i64)> = expect.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         assert_eq!(sorted(&kept), want);

@@ -9,6 +9,7 @@
 //! owning ReplicaSet/StatefulSet matches in practice; Services are not
 //! consulted.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
@@ -21,7 +22,7 @@ use crate::framework::{
     ClusterEvent, Code, CycleState, DomainCounts, FilterPlugin, MAX_NODE_SCORE, NodeInfo,
     NodeScore, PodInfo, PodMatcher, PreFilterExtensions, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Snapshot, Status,
-    topology_counts::controller_uid,
+    topology_counts::{FastBuild, controller_uid},
     types::{NO_TOPOLOGY_VALUE, tolerates, well_known_key_index},
 };
 
@@ -441,8 +442,9 @@ struct ScoreState {
     /// As [`FilterState::fast`] (empty counts for the hostname key).
     fast: Vec<Option<(usize, Vec<i64>)>>,
     /// For a default (same controller) hostname constraint: the matching
-    /// pods by interned hostname id, when no two nodes share a hostname.
-    by_host: Vec<Option<Vec<i64>>>,
+    /// pods by interned hostname id of the nodes to score (only non-zero
+    /// counts kept), when no two nodes share a hostname.
+    by_host: Vec<Option<HashMap<u32, i64, FastBuild>>>,
     snapshot_id: u64,
 }
 
@@ -556,14 +558,15 @@ impl PreScorePlugin for PodTopologySpread {
                 }
             })
             .collect();
-        let by_host =
-            cs.iter()
-                .map(|c| match &c.matcher {
-                    PodMatcher::Controller(_) if c.key == HOSTNAME => snapshot
-                        .topology_counts_by_id(&pod.namespace, &c.matcher, HOSTNAME, &[], true),
-                    _ => None,
-                })
-                .collect();
+        let by_host = cs
+            .iter()
+            .map(|c| match &c.matcher {
+                PodMatcher::Controller(_) if c.key == HOSTNAME => {
+                    hostname_counts(snapshot, &pod.namespace, &c.matcher, nodes)
+                }
+                _ => None,
+            })
+            .collect();
         state.write(
             STATE_SCORE,
             ScoreState {
@@ -577,6 +580,32 @@ impl PreScorePlugin for PodTopologySpread {
         );
         Status::success()
     }
+}
+
+/// The kept hostname counts of a default constraint for the nodes about to
+/// be scored (those stamped by this snapshot), by interned hostname id,
+/// non-zero ones only; `None` when two nodes share a hostname.
+fn hostname_counts(
+    snapshot: &Snapshot,
+    namespace: &str,
+    matcher: &PodMatcher,
+    nodes: &[&NodeInfo],
+) -> Option<HashMap<u32, i64, FastBuild>> {
+    let k = well_known_key_index(HOSTNAME)?;
+    let ids: Vec<u32> = nodes
+        .iter()
+        .filter_map(|n| n.topology_ids)
+        .filter(|(sid, _)| *sid == snapshot.id())
+        .map(|(_, ids)| ids[k])
+        .filter(|&id| id != NO_TOPOLOGY_VALUE)
+        .collect();
+    let counts = snapshot.topology_counts_by_id(namespace, matcher, HOSTNAME, &[], true, &ids)?;
+    Some(
+        ids.into_iter()
+            .zip(counts)
+            .filter(|&(_, c)| c != 0)
+            .collect(),
+    )
 }
 
 /// Nodes lacking a topology key get this before normalization (→ 0).
@@ -610,7 +639,7 @@ impl ScorePlugin for PodTopologySpread {
                     // count. Both count the controller's non-terminating
                     // pods (in its namespace, see `PodMatcher::Controller`).
                     (PodMatcher::Controller(_), Some(by_id), Domain::Id(id)) => {
-                        by_id.get(id as usize).copied().unwrap_or(0)
+                        by_id.get(&id).copied().unwrap_or(0)
                     }
                     (PodMatcher::Controller(uid), _, _) => {
                         i64::from(node.controllers.get(uid.as_str()).copied().unwrap_or(0))
@@ -838,7 +867,7 @@ mod tests {
         s.add_pod("n1", owned("p2", "rs-1"));
         let m = PodMatcher::Controller("rs-1".into());
         assert!(
-            s.topology_counts_by_id("default", &m, HOSTNAME, &[], true)
+            s.topology_counts_by_id("default", &m, HOSTNAME, &[], true, &[])
                 .is_some()
         );
         // n2 relabelled with n1's hostname: the two nodes share one
@@ -851,11 +880,11 @@ mod tests {
             .insert(HOSTNAME.into(), "n1".into());
         s.apply_node(Arc::new(twin));
         assert!(
-            s.topology_counts_by_id("default", &m, HOSTNAME, &[], true)
+            s.topology_counts_by_id("default", &m, HOSTNAME, &[], true, &[])
                 .is_none()
         );
         assert!(
-            s.topology_counts_by_id("default", &m, HOSTNAME, &[], false)
+            s.topology_counts_by_id("default", &m, HOSTNAME, &[], false, &[])
                 .is_some()
         );
         let got = scores(&s, &owned("new", "rs-1"));
@@ -864,7 +893,7 @@ mod tests {
         // Back to its own hostname: the kept counts are used again.
         s.apply_node(node("n2", Some("a")));
         assert!(
-            s.topology_counts_by_id("default", &m, HOSTNAME, &[], true)
+            s.topology_counts_by_id("default", &m, HOSTNAME, &[], true, &[])
                 .is_some()
         );
         scores(&s, &owned("new", "rs-1"));
