@@ -33,7 +33,7 @@ mod writer;
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, mpsc};
 
 use bytes::Bytes;
@@ -191,6 +191,8 @@ struct Inner {
     closed: AtomicBool,
     /// Set by the writer thread when the log could not be written.
     failed: Arc<AtomicBool>,
+    /// Syncs of the log so far (counted by the writer thread).
+    syncs: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Store {
@@ -221,6 +223,7 @@ impl Store {
                 wal: None,
                 closed: AtomicBool::new(false),
                 failed: Arc::new(AtomicBool::new(false)),
+                syncs: Arc::new(AtomicU64::new(0)),
             }),
         }
     }
@@ -240,7 +243,8 @@ impl Store {
         let state = std::mem::take(&mut rec.state);
         let hub = Arc::new(Hub::new(opts.history, state.revision()));
         let failed = Arc::new(AtomicBool::new(false));
-        let tx = writer::spawn_writer(rec, opts.fsync, hub.clone(), failed.clone())?;
+        let syncs = Arc::new(AtomicU64::new(0));
+        let tx = writer::spawn_writer(rec, opts.fsync, hub.clone(), failed.clone(), syncs.clone())?;
         tracing::info!(dir = %dir.display(), revision = state.revision(), keys = state.len(), "opened durable store");
         Ok(Store {
             inner: Arc::new(Inner {
@@ -249,6 +253,7 @@ impl Store {
                 wal: Some(tx),
                 closed: AtomicBool::new(false),
                 failed,
+                syncs,
             }),
         })
     }
@@ -267,6 +272,12 @@ impl Store {
             .state
             .write()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many times the durable log has been synced (`fdatasync`) since
+    /// it was opened; 0 for the memory backend or without fsync.
+    pub fn log_syncs(&self) -> u64 {
+        self.inner.syncs.load(Ordering::Relaxed)
     }
 
     /// Whether writes go to disk.
