@@ -40,6 +40,7 @@ pub mod config;
 mod nodes;
 mod pods;
 mod pool;
+mod sim_pod;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -17,7 +17,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -26,6 +25,7 @@ use tokio::time::Instant;
 
 use super::nodes::{fnv, now_time};
 use super::pool::Write;
+use super::sim_pod::{SimContainer, SimPod};
 use super::{ANNOTATION_DURATION, ANNOTATION_FAIL, ANNOTATION_READY, Delays, Shared};
 
 /// How often a step on a stopped node is retried.
@@ -161,7 +161,7 @@ pub(crate) async fn run(
         relist: None,
     };
     let mut events = watcher::watcher(
-        Api::<Pod>::all(client),
+        Api::<SimPod>::all(client),
         watcher::Config::default()
             .fields("spec.nodeName!=")
             .page_size(1000),
@@ -205,7 +205,7 @@ impl Core {
         }));
     }
 
-    async fn handle(&mut self, ev: watcher::Event<Pod>) {
+    async fn handle(&mut self, ev: watcher::Event<SimPod>) {
         match ev {
             watcher::Event::Init => self.relist = Some(HashSet::new()),
             watcher::Event::InitApply(pod) => {
@@ -251,7 +251,7 @@ impl Core {
     }
 
     /// Take in a pod's new state; returns its key when it is ours.
-    async fn apply(&mut self, pod: Pod) -> Option<Arc<str>> {
+    async fn apply(&mut self, pod: SimPod) -> Option<Arc<str>> {
         let node_name = pod.spec.as_ref()?.node_name.as_deref()?;
         let node = *self.shared.index.get(node_name)?;
         let key: Arc<str> = Arc::from(key_of(&pod));
@@ -314,21 +314,20 @@ impl Core {
 
     /// A pod seen for the first time: Waiting, or (after a restart of the
     /// simulator) the stage its status shows.
-    fn adopt(&mut self, pod: &Pod, node: u32, uid: &str, ready: bool, fail: bool) -> PodState {
+    fn adopt(&mut self, pod: &SimPod, node: u32, uid: &str, ready: bool, fail: bool) -> PodState {
         let spec = pod.spec.as_ref();
         let status = pod.status.as_ref();
-        let containers =
-            |list: Option<&Vec<k8s_openapi::api::core::v1::Container>>| -> Box<[Container]> {
-                list.map(|l| {
-                    l.iter()
-                        .map(|c| Container {
-                            name: c.name.as_str().into(),
-                            image: c.image.as_deref().unwrap_or_default().into(),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default()
-            };
+        let containers = |list: Option<&Vec<SimContainer>>| -> Box<[Container]> {
+            list.map(|l| {
+                l.iter()
+                    .map(|c| Container {
+                        name: c.name.as_str().into(),
+                        image: c.image.as_deref().unwrap_or_default().into(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+        };
         let restart_policy = spec
             .and_then(|s| s.restart_policy.as_deref())
             .unwrap_or("Always");
@@ -670,7 +669,7 @@ fn container_id(p: &PodState, c: &Container, restarts: u32) -> String {
     format!("containerd://{h:032x}{:032x}", h.rotate_left(32))
 }
 
-fn key_of(pod: &Pod) -> String {
+fn key_of(pod: &SimPod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),
