@@ -119,6 +119,26 @@ pub(crate) async fn send_discard(
     client: &Client,
     req: http::Request<Vec<u8>>,
 ) -> Result<(), kube::Error> {
+    send_bytes(client, req).await.map(drop)
+}
+
+/// Send a request and decode only `T` from its successful answer (a
+/// narrow type: serde skips the rest of the object while parsing); an
+/// error answer becomes `kube::Error::Api`.
+pub(crate) async fn send_read<T: serde::de::DeserializeOwned>(
+    client: &Client,
+    req: http::Request<Vec<u8>>,
+) -> Result<T, kube::Error> {
+    let body = send_bytes(client, req).await?;
+    serde_json::from_slice(&body).map_err(kube::Error::SerdeError)
+}
+
+/// Send a request; the successful answer's bytes, or the error answer as
+/// `kube::Error::Api`.
+async fn send_bytes(
+    client: &Client,
+    req: http::Request<Vec<u8>>,
+) -> Result<bytes::Bytes, kube::Error> {
     let res = client.send(req.map(kube::client::Body::from)).await?;
     let code = res.status();
     let body = res.into_body().collect_bytes().await?;
@@ -129,7 +149,7 @@ pub(crate) async fn send_discard(
         });
         return Err(kube::Error::Api(status.boxed()));
     }
-    Ok(())
+    Ok(body)
 }
 
 /// The built-in controllers, running; see [`start_builtin`].

@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 
 use super::Ctx;
 use super::util::{self, controller_of, is_active, key_of, matches, selector};
+use crate::gc_object::GcObject;
 
 /// Register the controller with `mgr`.
 pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
@@ -233,11 +234,21 @@ async fn manage(
             .and_then(|s| s.template.clone())
             .unwrap_or_default();
         let pod = util::pod_from_template(&template, owner, None, &name);
+        // One body for every create; of each answer only the metadata the
+        // collector's narrow type keeps (name, namespace, uid …) is read.
+        let body = serde_json::to_vec(&pod).map_err(kube::Error::SerdeError)?;
+        let request = kube::core::Request::new(api.resource_url());
         let pp = PostParams::default();
         let mut batch = 1usize;
         while left > 0 {
             let n = batch.min(left);
-            let results = join_all((0..n).map(|_| api.create(&pp, &pod))).await;
+            let results = join_all((0..n).map(|_| async {
+                let req = request
+                    .create(&pp, body.clone())
+                    .map_err(kube::Error::BuildRequest)?;
+                crate::send_read::<GcObject>(&ctx.client, req).await
+            }))
+            .await;
             let mut first_err = None;
             for r in results {
                 match r {
