@@ -570,10 +570,55 @@ pub(crate) fn validate(
     name: &str,
     old: Option<&Value>,
 ) -> ApiResult<()> {
+    validate_parts(ctx, obj, name, old, true)
+}
+
+/// A status write to a built-in kind, validated as kube-apiserver's status
+/// strategies do: metadata and status only. Everything else is the stored
+/// object's ([`status_update`] copied it), validated when it was written;
+/// re-walking a pod's whole spec on each status write was most of the
+/// write's validation cost. The other fields are set aside meanwhile.
+fn validate_status_write(
+    ctx: &mut Ctx<'_>,
+    obj: &mut Value,
+    name: &str,
+    old: &Value,
+) -> ApiResult<()> {
+    let Some(map) = obj.as_object_mut() else {
+        return validate(ctx, obj, name, Some(old));
+    };
+    let aside: Vec<String> = map
+        .keys()
+        .filter(|k| !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
+        .cloned()
+        .collect();
+    let aside: Vec<(String, Value)> = aside
+        .into_iter()
+        .filter_map(|k| map.remove_entry(&k))
+        .collect();
+    let res = validate_parts(ctx, obj, name, Some(old), false);
+    if let Some(map) = obj.as_object_mut() {
+        map.extend(aside);
+    }
+    res
+}
+
+/// [`validate`]; `whole`: the object is complete (else only its metadata
+/// and status are present, and the kind-specific checks of the spec and
+/// priority class are skipped).
+fn validate_parts(
+    ctx: &mut Ctx<'_>,
+    obj: &mut Value,
+    name: &str,
+    old: Option<&Value>,
+    whole: bool,
+) -> ApiResult<()> {
     if ctx.def.custom.is_none() {
         object::strip_nulls(obj);
     }
-    crate::priority::admit_class(ctx, obj)?;
+    if whole {
+        crate::priority::admit_class(ctx, obj)?;
+    }
     let empty = Value::Object(serde_json::Map::new());
     let meta = obj.get("metadata").unwrap_or(&empty);
     let mut causes: Vec<Cause> = kubeforge_apimachinery::names::validate_object_meta(
@@ -627,8 +672,10 @@ pub(crate) fn validate(
             });
         }
     }
-    crate::strategy::validate(ctx, obj, &mut causes);
-    crate::priority::validate_class(ctx, obj, old, &mut causes);
+    if whole {
+        crate::strategy::validate(ctx, obj, &mut causes);
+        crate::priority::validate_class(ctx, obj, old, &mut causes);
+    }
     if causes.is_empty() {
         Ok(())
     } else {
@@ -981,7 +1028,11 @@ pub(crate) async fn update_object(
         }
     }
     crate::strategy::prepare_update(ctx, &mut obj, &old);
-    validate(ctx, &mut obj, name, Some(&old))?;
+    if sub == Sub::Status && ctx.def.custom.is_none() {
+        validate_status_write(ctx, &mut obj, name, &old)?;
+    } else {
+        validate(ctx, &mut obj, name, Some(&old))?;
+    }
     if ctx.def.generation && object::spec_part(&obj) != object::spec_part(&old) {
         let g = old
             .pointer("/metadata/generation")

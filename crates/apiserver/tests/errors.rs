@@ -588,6 +588,92 @@ async fn field_validation_on_create_update_and_patch() {
     );
 }
 
+/// A status write is validated on its status (and metadata) — a bad value
+/// there is 422 naming the field, an unknown status field under Strict is
+/// 400 — and nothing of the stored object changes when it is refused.
+#[tokio::test]
+async fn status_writes_validate_the_status() {
+    let server = ApiServer::in_memory().await;
+    let path = "/api/v1/namespaces/default/pods";
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    let (code, _) = call(
+        &server,
+        Method::POST,
+        path,
+        "application/json",
+        pod.to_string(),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let status_path = format!("{path}/p/status");
+    let merge = "application/merge-patch+json";
+    // Wrong types in status: 422 Invalid, the causes name the fields.
+    let (code, st) = call(
+        &server,
+        Method::PATCH,
+        &status_path,
+        merge,
+        json!({"status": {"phase": "Running", "podIP": 5, "containerStatuses": [{"name": "c", "restartCount": "many"}]}}).to_string(),
+    )
+    .await;
+    assert_eq!((code, reason(&st)), (422, "Invalid"), "{st}");
+    let fields: Vec<&str> = st
+        .pointer("/details/causes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["field"].as_str())
+        .collect();
+    assert!(fields.contains(&"status.podIP"), "{st}");
+    assert!(
+        fields.contains(&"status.containerStatuses[0].restartCount"),
+        "{st}"
+    );
+    // An unknown status field under Strict: 400 naming it.
+    let (code, st) = call(
+        &server,
+        Method::PATCH,
+        &format!("{status_path}?fieldValidation=Strict"),
+        merge,
+        json!({"status": {"phase": "Running", "podIPz": "10.0.0.1"}}).to_string(),
+    )
+    .await;
+    assert_eq!((code, reason(&st)), (400, "BadRequest"), "{st}");
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("unknown field \"status.podIPz\""),
+        "{st}"
+    );
+    // Nothing refused was kept.
+    let (_, got) = call(&server, Method::GET, &format!("{path}/p"), "", "").await;
+    assert!(got.pointer("/status/podIP").is_none(), "{got}");
+    assert_ne!(
+        got.pointer("/status/phase"),
+        Some(&json!("Running")),
+        "{got}"
+    );
+    // A valid status write is kept, the spec as stored.
+    let (code, got) = call(
+        &server,
+        Method::PATCH,
+        &status_path,
+        merge,
+        json!({"spec": {"containers": [{"name": "c", "image": "other"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1"}})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got.pointer("/status/podIP"), Some(&json!("10.0.0.1")));
+    assert_eq!(
+        got.pointer("/spec/containers/0/image"),
+        Some(&json!("nginx"))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bookmarks_of_a_quiet_watch_move_with_the_store() {
     // kube-apiserver's bookmarks carry its current resourceVersion, and one
