@@ -78,7 +78,7 @@ fn event_core_to_v1(v: Value) -> Value {
 impl ResourceDef {
     /// Whether stored objects may differ from what is served (conversion,
     /// or defaults applied on read).
-    fn reshapes(&self) -> bool {
+    pub(crate) fn reshapes(&self) -> bool {
         self.converts() || self.custom.as_ref().is_some_and(|c| c.validator.is_some())
     }
 

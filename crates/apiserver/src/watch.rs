@@ -3,7 +3,7 @@
 //! selectors the way kube-apiserver filters them (an object leaving the
 //! selection is reported as DELETED, one entering it as ADDED).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -35,12 +35,20 @@ struct Renderer {
 }
 
 impl Renderer {
-    fn object(&self, bytes: &Bytes) -> Bytes {
-        self.def.present_to(bytes, self.accept.omit_managed_fields)
+    /// The object as served. `memo`: the store event's shared derived form,
+    /// which holds the object without managedFields when served as stored
+    /// (cut once per event, not once per watcher asking for it).
+    fn object(&self, bytes: &Bytes, memo: Option<&OnceLock<Bytes>>) -> Bytes {
+        match memo {
+            Some(m) if self.accept.omit_managed_fields && !self.def.reshapes() => m
+                .get_or_init(|| crate::object::without_managed_fields(bytes))
+                .clone(),
+            _ => self.def.present_to(bytes, self.accept.omit_managed_fields),
+        }
     }
 
-    fn event(&self, ty: &str, bytes: &Bytes) -> Bytes {
-        let obj = self.object(bytes);
+    fn event(&self, ty: &str, bytes: &Bytes, memo: Option<&OnceLock<Bytes>>) -> Bytes {
+        let obj = self.object(bytes, memo);
         let mut out = Vec::with_capacity(obj.len() + 32);
         out.extend_from_slice(b"{\"type\":\"");
         out.extend_from_slice(ty.as_bytes());
@@ -88,15 +96,21 @@ impl Renderer {
         match e.kind {
             EventKind::Delete => {
                 let was = e.prev.as_ref().is_some_and(|p| self.selected(&p.value));
-                was.then(|| self.event("DELETED", &e.kv.value))
+                was.then(|| self.event("DELETED", &e.kv.value, Some(&e.derived)))
             }
             EventKind::Put => {
                 let now = self.selected(&e.kv.value);
                 let before = e.prev.as_ref().map(|p| self.selected(&p.value));
                 match (before, now) {
-                    (None, true) | (Some(false), true) => Some(self.event("ADDED", &e.kv.value)),
-                    (Some(true), true) => Some(self.event("MODIFIED", &e.kv.value)),
-                    (Some(true), false) => Some(self.event("DELETED", &e.kv.value)),
+                    (None, true) | (Some(false), true) => {
+                        Some(self.event("ADDED", &e.kv.value, Some(&e.derived)))
+                    }
+                    (Some(true), true) => {
+                        Some(self.event("MODIFIED", &e.kv.value, Some(&e.derived)))
+                    }
+                    (Some(true), false) => {
+                        Some(self.event("DELETED", &e.kv.value, Some(&e.derived)))
+                    }
                     _ => None,
                 }
             }
@@ -166,7 +180,10 @@ pub async fn watch(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
         };
         for kv in &initial {
             if renderer.selected(&kv.value)
-                && tx.send(renderer.event("ADDED", &kv.value)).await.is_err()
+                && tx
+                    .send(renderer.event("ADDED", &kv.value, None))
+                    .await
+                    .is_err()
             {
                 return;
             }

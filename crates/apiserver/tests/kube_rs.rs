@@ -763,6 +763,16 @@ async fn builtin_client_reads_without_managed_fields() {
         .expect("event");
     assert_eq!(seen.metadata.name.as_deref(), Some("a"));
     assert!(seen.metadata.managed_fields.is_none(), "watch event");
+    // A user's watch of the same objects, receiving the same store events.
+    let mut user_events = watcher(user.clone(), watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    let first = tokio::time::timeout(Duration::from_secs(5), user_events.next())
+        .await
+        .expect("a user watch event")
+        .expect("stream open")
+        .expect("event");
+    assert!(first.metadata.managed_fields.is_some(), "user watch");
     let got = builtin.get("a").await.expect("get");
     assert!(got.metadata.managed_fields.is_none(), "get");
     assert_eq!(got.data, created.data);
@@ -801,4 +811,17 @@ async fn builtin_client_reads_without_managed_fields() {
         .expect("event");
     assert!(next.metadata.managed_fields.is_none());
     assert_eq!(next.data, changed.data);
+    // The user's watch got the same change with its managedFields (the
+    // cut form is shared only among the watchers that asked for it).
+    let theirs = tokio::time::timeout(Duration::from_secs(5), user_events.next())
+        .await
+        .expect("a second user watch event")
+        .expect("stream open")
+        .expect("event");
+    assert_eq!(theirs.data, changed.data);
+    assert_eq!(
+        theirs.metadata.managed_fields.map(|m| m.len()),
+        Some(managers.len()),
+        "user watch event"
+    );
 }

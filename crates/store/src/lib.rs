@@ -34,7 +34,7 @@ mod writer;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, mpsc};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, mpsc};
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
@@ -84,6 +84,11 @@ pub struct Event {
     pub kv: KeyValue,
     /// The key's state before the change.
     pub prev: Option<KeyValue>,
+    /// One form derived from `kv.value`, computed by the first watcher that
+    /// needs it and shared by the rest (the API server keeps the object
+    /// without `metadata.managedFields` here). Every reader must derive the
+    /// same form.
+    pub derived: OnceLock<Bytes>,
 }
 
 /// Why a store operation failed.

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
@@ -116,6 +116,7 @@ impl State {
             kind: EventKind::Put,
             kv,
             prev: None,
+            derived: OnceLock::new(),
         })
     }
 
@@ -147,6 +148,7 @@ impl State {
             kind: EventKind::Put,
             kv,
             prev: Some(prev),
+            derived: OnceLock::new(),
         })
     }
 
@@ -179,6 +181,7 @@ impl State {
             kind: EventKind::Delete,
             kv,
             prev: Some(prev),
+            derived: OnceLock::new(),
         })
     }
 
