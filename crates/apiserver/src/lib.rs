@@ -34,6 +34,7 @@ mod kubeconfig;
 mod object;
 mod patch;
 mod priority;
+mod projection;
 mod protobuf;
 pub mod registry;
 pub mod request;

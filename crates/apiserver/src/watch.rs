@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use crate::body::ApiBody;
 use crate::codec::Accept;
 use crate::error::{ApiError, ApiResult};
+use crate::projection::Projection;
 use crate::registry::ResourceDef;
 use crate::rest::{Ctx, matches};
 use crate::table::{self, IncludeObject};
@@ -32,6 +33,9 @@ struct Renderer {
     labels: Selector,
     fields: FieldSelector,
     filtering: bool,
+    /// The fields the selectors read, when objects are selected as stored
+    /// (no conversion): only those are decoded per event.
+    projection: Option<Projection>,
 }
 
 impl Renderer {
@@ -86,9 +90,11 @@ impl Renderer {
         if !self.filtering {
             return true;
         }
-        self.def
-            .decode_stored(bytes)
-            .is_some_and(|v| matches(&v, &self.labels, &self.fields))
+        let v = match &self.projection {
+            Some(p) => p.decode(bytes),
+            None => self.def.decode_stored(bytes),
+        };
+        v.is_some_and(|v| matches(&v, &self.labels, &self.fields))
     }
 
     /// The wire event for a store event, if this watcher sees it.
@@ -153,6 +159,7 @@ pub async fn watch(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
         accept: ctx.accept.clone(),
         include: IncludeObject::parse(ctx.query.get("includeObject")),
         filtering: !labels.is_everything() || !fields.is_everything(),
+        projection: (!ctx.def.reshapes()).then(|| Projection::for_selectors(&labels, &fields)),
         labels,
         fields,
     };
