@@ -83,7 +83,7 @@ fn exit_delay(s: &str) -> Result<ExitDelay, String> {
     duration(s).map(|d| ExitDelay(Some(d)))
 }
 
-fn duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn duration(s: &str) -> Result<Duration, String> {
     nodesim::parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (e.g. 0, 250ms, 2s)"))
 }
 

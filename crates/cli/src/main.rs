@@ -79,6 +79,12 @@ struct ServeArgs {
     /// Skip fsync on commit (faster, but a crash may lose acknowledged writes).
     #[arg(long)]
     no_fsync: bool,
+    /// While the store is busy, a batch of writes waits until this long
+    /// after the previous fsync, so that more writes share the next one
+    /// (far fewer fsyncs under load; each write may wait up to this much
+    /// longer). 0 syncs each batch at once.
+    #[arg(long, default_value = "2ms", value_parser = cluster::duration)]
+    commit_gap: std::time::Duration,
     /// Revisions of history kept for watches and consistent lists when the
     /// store is compacted (older resourceVersions get 410 Expired).
     #[arg(long, default_value_t = 100_000)]
@@ -177,6 +183,7 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     } else {
         let opts = DurableOptions {
             fsync: !args.no_fsync,
+            commit_gap: args.commit_gap,
             ..DurableOptions::default()
         };
         Store::open(&args.data_dir.join("store"), opts)

@@ -5,8 +5,9 @@
 //! queued, encodes it into one buffer, writes it with one `write_all`, calls
 //! `fdatasync` once, then publishes the events to the watch hub and
 //! acknowledges the callers: an acknowledged write is on disk, and watchers
-//! only ever see durable writes. While the log is busy a batch waits up to
-//! [`COMMIT_GAP`] after the previous sync for more writes to join it.
+//! only ever see durable writes. With a commit gap
+//! ([`crate::DurableOptions::commit_gap`]), while the log is busy a batch
+//! waits up to that long after the previous sync for more writes to join it.
 //!
 //! The file is extended ahead of the records in zero-filled 4 MiB steps, so
 //! that a commit's `fdatasync` overwrites allocated blocks instead of
@@ -33,14 +34,6 @@ use crate::{Event, KeyValue, Revision, StoreError};
 
 /// Stop draining the queue into one batch past this many buffered bytes.
 const MAX_BATCH_BYTES: usize = 8 << 20;
-/// While the log is busy, a batch is synced no sooner than this after the
-/// previous sync ended, gathering the writes that arrive meanwhile: under
-/// load thousands of writes a second then share a few hundred syncs (each
-/// one a device flush — on a virtual machine an exit to the host —
-/// costing far more CPU than the bytes it writes), at the price of at most
-/// this much added latency per write. A write to an idle log is synced at
-/// once.
-const COMMIT_GAP: Duration = Duration::from_millis(2);
 /// Preallocation granularity of the log file.
 const PREALLOC_STEP: u64 = 4 << 20;
 
@@ -84,6 +77,8 @@ struct Writer {
     pending: Vec<(Arc<Event>, Ack)>,
     /// Records appended since the log was last (re)written as a snapshot.
     appended: u64,
+    /// See [`crate::DurableOptions::commit_gap`].
+    commit_gap: Duration,
     /// When the last batch's sync ended.
     last_sync: Option<Instant>,
     /// Batch syncs so far ([`crate::Store::log_syncs`]).
@@ -94,7 +89,7 @@ struct Writer {
 /// The thread stops after [`Command::Close`] or once every sender is gone.
 pub(crate) fn spawn_writer(
     rec: Recovered,
-    fsync: bool,
+    opts: &crate::DurableOptions,
     hub: Arc<Hub>,
     failed: Arc<AtomicBool>,
     syncs: Arc<AtomicU64>,
@@ -107,7 +102,8 @@ pub(crate) fn spawn_writer(
         pos: rec.len,
         allocated: rec.len,
         _lock: rec.lock,
-        fsync,
+        fsync: opts.fsync,
+        commit_gap: opts.commit_gap,
         hub,
         failed,
         buf: Vec::with_capacity(1 << 20),
@@ -159,8 +155,8 @@ impl Writer {
                         None
                     };
                 }
-                // Busy: gather what arrives until COMMIT_GAP after the last
-                // sync, so one sync covers it.
+                // Busy: gather what arrives until the commit gap after the
+                // last sync, so one sync covers it.
                 match self.gather_until() {
                     Some(until) => {
                         match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
@@ -179,14 +175,17 @@ impl Writer {
     }
 
     /// Until when a staged batch waits for more writes before its sync:
-    /// [`COMMIT_GAP`] after the previous sync ended, when that is still
+    /// the commit gap after the previous sync ended, when that is still
     /// ahead (the log is busy) and the batch is not full. An idle log syncs
     /// at once.
     fn gather_until(&self) -> Option<Instant> {
         if !self.fsync || self.pending.is_empty() || self.buf.len() >= MAX_BATCH_BYTES {
             return None;
         }
-        let until = self.last_sync? + COMMIT_GAP;
+        if self.commit_gap.is_zero() {
+            return None;
+        }
+        let until = self.last_sync? + self.commit_gap;
         (until > Instant::now()).then_some(until)
     }
 
