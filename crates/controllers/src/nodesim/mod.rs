@@ -135,7 +135,9 @@ pub struct SimulatorOptions {
     /// Node status update interval (the kubelet writes status when it
     /// changes and at least every 5 minutes; 60 s here).
     pub status_interval: Duration,
-    /// Workers writing pod statuses and deletions.
+    /// Workers writing pod statuses and deletions (each sends one write at
+    /// a time, so this bounds the writes in flight: at 1,000 pods/s with a
+    /// few milliseconds per write under load, 8 fell behind).
     pub pod_workers: usize,
     /// Workers writing Leases and node statuses.
     pub node_workers: usize,
@@ -150,7 +152,7 @@ impl SimulatorOptions {
             lease_interval: Duration::from_secs(10),
             lease_duration_seconds: 40,
             status_interval: Duration::from_secs(60),
-            pod_workers: 8,
+            pod_workers: 64,
             node_workers: 4,
         }
     }

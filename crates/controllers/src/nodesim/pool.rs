@@ -35,7 +35,8 @@ pub(crate) enum Write {
     NodeStatus { name: Arc<str>, body: Vec<u8> },
 }
 
-const QUEUE: usize = 2048;
+/// Writes queued across all workers at most (~16 MB of bodies).
+const QUEUE: usize = 8192;
 const ATTEMPTS: u32 = 5;
 
 /// The sending side: writes about one object always go to the same worker,
