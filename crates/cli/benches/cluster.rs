@@ -208,7 +208,8 @@ async fn scale() {
     let rss0 = up.rss_mib().0;
 
     // Watch every pod: first appearance → Running.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, bool, Instant)>();
+    // (uid, bound to a node, Running, when seen)
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, bool, bool, Instant)>();
     let api: Api<Pod> = Api::all(client.clone());
     let watch = tokio::spawn(async move {
         let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
@@ -217,8 +218,9 @@ async fn scale() {
                 continue;
             };
             let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
             let uid = p.metadata.uid.unwrap_or_default();
-            if tx.send((uid, running, Instant::now())).is_err() {
+            if tx.send((uid, bound, running, Instant::now())).is_err() {
                 break;
             }
         }
@@ -264,18 +266,31 @@ async fn scale() {
         }
     });
 
-    // uid → first appearance, taken once the pod is seen Running.
-    let mut first_seen: HashMap<String, Option<Instant>> = HashMap::new();
+    // uid → (first appearance, first seen bound), taken once the pod is
+    // seen Running.
+    let mut first_seen: HashMap<String, Option<(Instant, Option<Instant>)>> = HashMap::new();
     let mut latencies = Vec::with_capacity(pods as usize);
+    // The two stages: created → bound (scheduling), bound → Running (node).
+    let mut to_bound = Vec::with_capacity(pods as usize);
+    let mut to_running = Vec::with_capacity(pods as usize);
     let mut peak_hwm = 0;
     let mut last_report = Instant::now();
     let limit = Duration::from_secs(env("KF_TIMEOUT", 3600));
     while (latencies.len() as u64) < pods {
         let next = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await;
-        if let Ok(Some((uid, running, at))) = next {
-            let seen = first_seen.entry(uid).or_insert(Some(at));
-            if running && let Some(t) = seen.take() {
+        if let Ok(Some((uid, bound, running, at))) = next {
+            let seen = first_seen.entry(uid).or_insert(Some((at, None)));
+            if let Some((_, b)) = seen.as_mut()
+                && bound
+                && b.is_none()
+            {
+                *b = Some(at);
+            }
+            if running && let Some((t, b)) = seen.take() {
                 latencies.push(at - t);
+                let b = b.unwrap_or(at);
+                to_bound.push(b - t);
+                to_running.push(at - b);
             }
         }
         if last_report.elapsed() > Duration::from_secs(10) {
@@ -312,6 +327,15 @@ async fn scale() {
         pct(&latencies, 0.9).as_secs_f64(),
         pct(&latencies, 0.99).as_secs_f64(),
         pct(&latencies, 1.0).as_secs_f64()
+    );
+    to_bound.sort();
+    to_running.sort();
+    println!(
+        "scale: by stage: created → bound p50 {:.2} s, p99 {:.2} s; bound → Running p50 {:.2} s, p99 {:.2} s",
+        pct(&to_bound, 0.5).as_secs_f64(),
+        pct(&to_bound, 0.99).as_secs_f64(),
+        pct(&to_running, 0.5).as_secs_f64(),
+        pct(&to_running, 0.99).as_secs_f64()
     );
     println!("scale: kubeforge up RSS {rss} MiB now, peak {peak_hwm} MiB");
     let cpu = up.cpu_secs() - cpu0;
