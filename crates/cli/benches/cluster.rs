@@ -21,10 +21,11 @@
 //! needed), `KF_BOUND=1` with them already bound round-robin to the nodes
 //! (no scheduler needed).
 //!
-//! `rollout`: `kubeforge up --pod-start-delay 0 --pod-exit-delay 0` and a
-//! 3-replica Deployment from `kubectl create deployment` to `kubectl
-//! rollout status` success (the real kubectl, including its own start-up),
-//! `$KF_ROLLOUTS` times (default 20).
+//! `rollout`: `kubeforge up --pod-start-delay 0 --pod-exit-delay 0
+//! --no-fsync` (`KF_FSYNC=1`: with fsync) and a 3-replica Deployment from
+//! `kubectl create deployment` to `kubectl rollout status` success (the
+//! real kubectl, including its own start-up), `$KF_ROLLOUTS` times
+//! (default 20).
 //!
 //! ```sh
 //! CARGO_TARGET_DIR=/work/bench-target cargo bench -p kubeforge --bench cluster            # both
@@ -371,16 +372,12 @@ async fn scale() {
 
 fn rollout() {
     let runs = env("KF_ROLLOUTS", 20);
-    let up = Up::start(
-        "rollout",
-        &[
-            "--pod-start-delay",
-            "0",
-            "--pod-exit-delay",
-            "0",
-            "--no-fsync",
-        ],
-    );
+    // `KF_FSYNC=1`: with the store's fsync (and `up`'s default commit gap).
+    let mut args = vec!["--pod-start-delay", "0", "--pod-exit-delay", "0"];
+    if env("KF_FSYNC", 0) != 1 {
+        args.push("--no-fsync");
+    }
+    let up = Up::start("rollout", &args);
     let kubectl = |args: &[&str]| {
         let out = Command::new("kubectl")
             .args(args)
