@@ -156,12 +156,16 @@ impl Writer {
                     };
                 }
                 // Busy: gather what arrives until the commit gap after the
-                // last sync, so one sync covers it.
+                // last sync, so one sync covers it. Sleep, then take what
+                // came: a receiver waiting on the queue is woken by every
+                // send (a syscall on each side, thousands a second); a
+                // sleeping one is not.
                 match self.gather_until() {
                     Some(until) => {
-                        match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
-                            Ok(cmd) => next = Some(cmd),
-                            Err(_) => break,
+                        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+                        next = rx.try_recv().ok();
+                        if next.is_none() {
+                            break;
                         }
                     }
                     None => break,
