@@ -160,15 +160,13 @@ impl Writer {
                 // came: a receiver waiting on the queue is woken by every
                 // send (a syscall on each side, thousands a second); a
                 // sleeping one is not.
-                match self.gather_until() {
-                    Some(until) => {
-                        std::thread::sleep(until.saturating_duration_since(Instant::now()));
-                        next = rx.try_recv().ok();
-                        if next.is_none() {
-                            break;
-                        }
-                    }
-                    None => break,
+                let Some(until) = self.gather_until() else {
+                    break;
+                };
+                std::thread::sleep(until.saturating_duration_since(Instant::now()));
+                next = rx.try_recv().ok();
+                if next.is_none() {
+                    break;
                 }
             }
             self.flush();
@@ -183,10 +181,11 @@ impl Writer {
     /// ahead (the log is busy) and the batch is not full. An idle log syncs
     /// at once.
     fn gather_until(&self) -> Option<Instant> {
-        if !self.fsync || self.pending.is_empty() || self.buf.len() >= MAX_BATCH_BYTES {
-            return None;
-        }
-        if self.commit_gap.is_zero() {
+        if !self.fsync
+            || self.commit_gap.is_zero()
+            || self.pending.is_empty()
+            || self.buf.len() >= MAX_BATCH_BYTES
+        {
             return None;
         }
         let until = self.last_sync? + self.commit_gap;
