@@ -587,15 +587,10 @@ fn validate_status_write(
     let Some(map) = obj.as_object_mut() else {
         return validate(ctx, obj, name, Some(old));
     };
-    let aside: Vec<String> = map
-        .keys()
-        .filter(|k| !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
-        .cloned()
-        .collect();
-    let aside: Vec<(String, Value)> = aside
+    let (kept, aside): (Map<String, Value>, Map<String, Value>) = std::mem::take(map)
         .into_iter()
-        .filter_map(|k| map.remove_entry(&k))
-        .collect();
+        .partition(|(k, _)| matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"));
+    *map = kept;
     let res = validate_parts(ctx, obj, name, Some(old), false);
     if let Some(map) = obj.as_object_mut() {
         map.extend(aside);
