@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 /// Go's `strconv.Quote` (`%q`): a double-quoted string with Go escapes.
-pub(crate) fn quote(s: &str) -> String {
+pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

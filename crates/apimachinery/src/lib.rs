@@ -14,6 +14,8 @@
 //! - [`fields`]: field selectors (`spec.nodeName=node-1,status.phase!=Failed`).
 //! - [`strategic`]: strategic merge patch for the built-in kinds.
 //! - [`names`]: name and object-metadata validation.
+//! - [`quantity`]: resource quantities (`100m`, `500Mi`, `2e3`).
+//! - [`gofmt`]: Go's `%q` quoting, as Kubernetes messages print values.
 //!
 //! ```
 //! use kubeforge_apimachinery::labels::Selector;
@@ -35,11 +37,12 @@
 //! ```
 
 pub mod fields;
+pub mod gofmt;
 pub mod labels;
 pub mod names;
+pub mod quantity;
 pub mod strategic;
 
 mod error;
-mod gofmt;
 
 pub use error::SelectorError;

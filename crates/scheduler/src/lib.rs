@@ -28,7 +28,6 @@ pub mod framework;
 pub mod metrics;
 pub mod plugins;
 pub mod priority;
-pub mod quantity;
 pub mod queue;
 pub mod scheduler;
 #[cfg(test)]

@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 
+use kubeforge_apimachinery::{names, quantity};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
@@ -360,69 +361,18 @@ pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
     Ok((Ipv4Addr::from(u32::from(ip) & mask), prefix))
 }
 
-/// A Kubernetes resource quantity (`128974848`, `129e6`, `129M`, `123Mi`,
-/// `500m`), non-negative.
-pub fn valid_quantity(s: &str) -> bool {
-    let s = s.strip_prefix('+').unwrap_or(s);
-    let digits_end = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, suffix) = s.split_at(digits_end);
-    if num.is_empty() || num == "." || num.matches('.').count() > 1 {
-        return false;
-    }
-    match suffix {
-        "" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" | "n" | "u" | "m" | "k" | "M" | "G" | "T"
-        | "P" | "E" => true,
-        _ => {
-            let exp = suffix.strip_prefix(['e', 'E']);
-            match exp {
-                Some(e) => {
-                    let e = e.strip_prefix(['+', '-']).unwrap_or(e);
-                    !e.is_empty() && e.chars().all(|c| c.is_ascii_digit())
-                }
-                None => false,
-            }
-        }
-    }
+/// A node's resource amount: a Kubernetes quantity (`128974848`, `129e6`,
+/// `129M`, `123Mi`, `500m`) that is not negative.
+fn valid_quantity(s: &str) -> bool {
+    quantity::parse_milli(s).is_ok_and(|m| m >= 0)
 }
 
 fn valid_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
+    names::is_dns1123_subdomain(s).is_empty()
 }
 
 fn valid_qualified_name(s: &str) -> bool {
-    let (prefix, name) = match s.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
-    };
-    if let Some(p) = prefix
-        && !valid_dns_subdomain(p)
-    {
-        return false;
-    }
-    !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .last()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
+    names::is_qualified_name(s).is_empty()
 }
 
 #[cfg(test)]
@@ -492,7 +442,8 @@ mod tests {
         for ok in ["1", "500m", "1.5", "16Gi", "129e6", "1E3", "+2", "0.5Ki"] {
             assert!(valid_quantity(ok), "{ok}");
         }
-        for bad in ["", "lots", "-1", "1..2", "5Gb", "1e", "Gi"] {
+        // Negative amounts are quantities, but not a node's capacity.
+        for bad in ["", "lots", "-1", "-500m", "1..2", "5Gb", "1e", "Gi"] {
             assert!(!valid_quantity(bad), "{bad}");
         }
     }

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
 };
 use kubeforge_apimachinery::labels::Selector;
 
-use crate::quantity;
+use kubeforge_apimachinery::quantity;
 
 /// CPU (milli) counted for a container without a CPU request when scoring
 /// (kube-scheduler's `DefaultMilliCPURequest`).

@@ -3,8 +3,6 @@
 //! validation messages (`spec.x in body must be of type string: "integer"`), and
 //! Go's `%q` / `%v` formatting of values.
 
-use std::fmt::Write as _;
-
 use serde_json::Value;
 
 use crate::FieldError;
@@ -18,31 +16,8 @@ pub(crate) const TOO_LONG: &str = "FieldValueTooLong";
 pub(crate) const TOO_MANY: &str = "FieldValueTooMany";
 pub(crate) const FORBIDDEN: &str = "FieldValueForbidden";
 
-/// Go's `strconv.Quote` (for the common cases: ASCII controls are escaped, other
-/// characters kept).
-pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+/// Go's `strconv.Quote`, from the crate that holds Kubernetes' grammar.
+pub(crate) use kubeforge_apimachinery::gofmt::quote as go_quote;
 
 /// Go's `%v` of a float64 (shortest representation, exponent outside [1e-4, 1e21)).
 pub(crate) fn go_float(f: f64) -> String {

@@ -1,4 +1,5 @@
-//! Kubernetes resource quantities ("100m", "500Mi", "1.5", "2e3") parsed to
+//! Kubernetes resource quantities ("100m", "500Mi", "1.5", "2e3"), the
+//! grammar of `resource.Quantity`, parsed to
 //! integers: milli-units for CPU, whole units (rounded up) for everything else,
 //! as `resource.Quantity`'s `MilliValue()` and `Value()` do.
 
@@ -115,5 +116,19 @@ mod tests {
         assert!(parse_milli("abc").is_err());
         assert!(parse_milli("1Xi").is_err());
         assert!(parse_milli("").is_err());
+    }
+
+    #[test]
+    fn accepts_and_refuses_as_kube_does() {
+        for ok in [
+            "1", "500m", "1.5", "16Gi", "129e6", "1E3", "+2", "0.5Ki", "-1", ".5", "1e-3",
+        ] {
+            assert!(parse_milli(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "", "lots", "1..2", "5Gb", "1e", "Gi", ".", "1e+", "--1", "1 Gi",
+        ] {
+            assert!(parse_milli(bad).is_err(), "{bad}");
+        }
     }
 }
