@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run every test of the workspace on a fresh machine: installs what the tests
 # need (Python's kubernetes client), checks the kubectl binaries the tests
-# drive, then builds and runs the whole suite.
+# drive, checks formatting, lints and docs, then builds and runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +9,8 @@ need() { command -v "$1" >/dev/null 2>&1 || { echo "test-all: '$1' is required b
 need cargo "install Rust (rustup) first"
 need kubectl "the tests drive the real kubectl; install it (kubectl 1.27-1.33 beside it as kubectl.1.XX)"
 need python3 "the Python client tests need python3"
+cargo fmt --version >/dev/null 2>&1 || { echo "test-all: rustfmt is required: rustup component add rustfmt" >&2; exit 1; }
+cargo clippy --version >/dev/null 2>&1 || { echo "test-all: clippy is required: rustup component add clippy" >&2; exit 1; }
 
 if ! python3 -c 'import kubernetes' 2>/dev/null; then
   echo "test-all: installing the Python kubernetes client"
@@ -19,5 +21,13 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 # A one-shot build gains nothing from incremental state; it was a third of
 # the target directory (several GiB) of a cold run.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+# The project's habits, enforced: formatting, lints as errors, and rustdoc
+# warnings (broken links, missing docs on public items) as errors.
+echo "test-all: cargo fmt --check"
+cargo fmt --all --check
+echo "test-all: cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "test-all: cargo doc -D warnings"
+RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --locked
 cargo build --workspace --all-targets --locked
 cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-4}"
