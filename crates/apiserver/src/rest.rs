@@ -214,12 +214,18 @@ fn partial_metadata(v: &Value) -> Value {
     })
 }
 
-/// Whether an object passes label and field selectors.
-pub(crate) fn matches(obj: &Value, labels: &Selector, fields: &FieldSelector) -> bool {
+/// Whether an object of `def` passes label and field selectors (field
+/// values as [`ResourceDef::field_value`] renders them).
+pub(crate) fn matches(
+    def: &ResourceDef,
+    obj: &Value,
+    labels: &Selector,
+    fields: &FieldSelector,
+) -> bool {
     if !labels.is_everything() && !labels.matches(&obj.pointer("/metadata/labels")) {
         return false;
     }
-    fields.is_everything() || fields.matches(|f| kubeforge_apimachinery::fields::json_field(obj, f))
+    fields.is_everything() || fields.matches(|f| def.field_value(obj, f))
 }
 
 fn get(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
@@ -409,7 +415,7 @@ pub(crate) async fn list_page(
             let Some(obj) = ctx.def.decode_stored(&kv.value) else {
                 continue;
             };
-            if !matches(&obj, labels, fields) {
+            if !matches(&ctx.def, &obj, labels, fields) {
                 continue;
             }
             let key = kv.key.to_string();
@@ -1033,7 +1039,7 @@ pub(crate) async fn update_object(
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
             .unwrap_or(0)
-            + 1;
+            .saturating_add(1);
         meta_mut(&mut obj).insert("generation".into(), json!(g));
     }
     crate::crd::before_update(ctx, &mut obj, &old)?;
@@ -1471,7 +1477,11 @@ pub(crate) async fn delete_object(
                     m.insert("finalizers".into(), Value::Array(finalizers));
                 }
                 if !deleting && ctx.def.generation {
-                    let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
+                    let g = m
+                        .get("generation")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0)
+                        .saturating_add(1);
                     m.insert("generation".into(), json!(g));
                 }
             }
@@ -1504,7 +1514,11 @@ pub(crate) async fn delete_object(
                     .and_then(Value::as_str)
                     .is_none_or(|t| t > now.as_str());
                 if !deleting && ctx.def.generation {
-                    let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
+                    let g = m
+                        .get("generation")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0)
+                        .saturating_add(1);
                     m.insert("generation".into(), json!(g));
                 }
                 if later {

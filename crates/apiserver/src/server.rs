@@ -177,7 +177,8 @@ impl ApiServer {
         &self.inner.registry
     }
 
-    /// Serve one request.
+    /// Serve one request. A handler that panics is answered with a 500
+    /// `Status` (see the `recover` module), so the connection stays usable.
     pub async fn handle<B>(&self, req: Request<B>) -> Response<ApiBody>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -186,9 +187,10 @@ impl ApiServer {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         let started = std::time::Instant::now();
-        let resp = match self.dispatch(req).await {
-            Ok(r) => r,
-            Err(e) => codec::respond_error(&e),
+        let resp = match crate::recover::catch_unwind(self.dispatch(req)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => codec::respond_error(&e),
+            Err(_) => codec::respond_error(&crate::recover::panicked(&method, &path)),
         };
         tracing::debug!(%method, %path, status = resp.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64, "request");
         resp
@@ -309,12 +311,14 @@ impl ApiServer {
                     tower::ServiceExt::oneshot(service.clone(), req)
                 });
                 let io = hyper_util::rt::TokioIo::new(stream);
-                if let Err(e) = hyper::server::conn::http1::Builder::new()
+                match hyper::server::conn::http1::Builder::new()
                     .keep_alive(true)
                     .serve_connection(io, svc)
+                    .without_shutdown()
                     .await
                 {
-                    tracing::debug!(error = %e, "connection ended");
+                    Ok(parts) => crate::linger::close(parts.io.into_inner()).await,
+                    Err(e) => tracing::debug!(error = %e, "connection ended"),
                 }
             });
         }

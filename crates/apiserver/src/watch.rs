@@ -94,7 +94,7 @@ impl Renderer {
             Some(p) => p.decode(bytes),
             None => self.def.decode_stored(bytes),
         };
-        v.is_some_and(|v| matches(&v, &self.labels, &self.fields))
+        v.is_some_and(|v| matches(&self.def, &v, &self.labels, &self.fields))
     }
 
     /// The wire event for a store event, if this watcher sees it.
