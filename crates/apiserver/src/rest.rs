@@ -845,7 +845,7 @@ pub(crate) async fn create_object(
     ctx.warnings.extend(warnings);
     // --- end admission ---
     if ctx.dry_run() {
-        return Ok((StatusCode::CREATED, Bytes::from(obj.to_string())));
+        return Ok((StatusCode::CREATED, Bytes::from(object::to_json(&obj))));
     }
     let mut encoded = object::Encoded::new(ctx.def.to_storage(obj));
     let mut retries = 0;
@@ -1059,7 +1059,7 @@ pub(crate) async fn update_object(
         return Ok((StatusCode::OK, current.value));
     }
     if ctx.dry_run() {
-        return Ok((StatusCode::OK, Bytes::from(obj.to_string())));
+        return Ok((StatusCode::OK, Bytes::from(object::to_json(&obj))));
     }
     let key = ctx.key(name);
     let obj = ctx.def.to_storage(obj);
@@ -1438,7 +1438,7 @@ pub(crate) async fn delete_object(
                     return Ok((StatusCode::OK, current.value));
                 }
                 if dry_run {
-                    return Ok((StatusCode::OK, Bytes::from(obj.to_string())));
+                    return Ok((StatusCode::OK, Bytes::from(object::to_json(&obj))));
                 }
                 match store_update(ctx, &key, current.mod_revision, obj).await? {
                     Some(b) => return Ok((StatusCode::OK, b)),
@@ -1486,7 +1486,7 @@ pub(crate) async fn delete_object(
                 }
             }
             if dry_run {
-                return Ok((kept, Bytes::from(obj.to_string())));
+                return Ok((kept, Bytes::from(object::to_json(&obj))));
             }
             match store_update(ctx, &key, current.mod_revision, obj).await? {
                 Some(b) => return Ok((kept, b)),
@@ -1528,7 +1528,7 @@ pub(crate) async fn delete_object(
                 m.insert("finalizers".into(), Value::Array(finalizers));
             }
             if dry_run {
-                return Ok((kept, Bytes::from(obj.to_string())));
+                return Ok((kept, Bytes::from(object::to_json(&obj))));
             }
             match store_update(ctx, &key, current.mod_revision, obj).await? {
                 Some(b) => return Ok((kept, b)),

@@ -202,6 +202,19 @@ impl ApiServer {
         B::Error: Into<BoxError>,
     {
         let (parts, body) = req.into_parts();
+        let writes = matches!(
+            parts.method,
+            Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+        );
+        // Only writes read their body; any other request's body is read
+        // and dropped first, so the connection stays usable for the next
+        // request (hyper cannot reuse a connection with an unread body).
+        let body = if writes {
+            Some(body)
+        } else {
+            discard_body(body).await;
+            None
+        };
         let registry = &self.inner.registry;
         let r = route(parts.uri.path(), |g, v, p| {
             registry.get(g, v, p).is_some_and(|d| d.namespaced)
@@ -211,6 +224,9 @@ impl ApiServer {
             && parts.method != Method::GET
             && parts.method != Method::HEAD
         {
+            if let Some(b) = body {
+                discard_body(b).await;
+            }
             return Err(ApiError::method_not_supported(
                 crate::error::GroupResource {
                     group: "",
@@ -251,13 +267,9 @@ impl ApiServer {
             }
             Route::Unknown => Err(ApiError::no_route()),
             Route::Resource(p) => {
-                let body = if matches!(
-                    parts.method,
-                    Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-                ) {
-                    read_body(body).await?
-                } else {
-                    Bytes::new()
+                let body = match body {
+                    Some(b) => read_body(b).await?,
+                    None => Bytes::new(),
                 };
                 crate::rest::serve(self, p, parts.method, parts.headers, query, body).await
             }
@@ -411,6 +423,19 @@ where
             }
         }
     }
+}
+
+/// Read and drop a request body nothing uses, up to [`MAX_BODY`] bytes
+/// (past that the connection is closed after the answer, gracefully).
+async fn discard_body<B>(body: B)
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    if http_body::Body::is_end_stream(&body) {
+        return;
+    }
+    let _ = http_body_util::Limited::new(body, MAX_BODY).collect().await;
 }
 
 fn version_info() -> serde_json::Value {
