@@ -58,8 +58,8 @@ pub fn without_managed_fields(obj: &bytes::Bytes) -> bytes::Bytes {
 /// The byte range to remove for `"managedFields":[…]` in the object's
 /// metadata, with one adjoining comma. Only the object's leading entries up
 /// to `metadata`, and metadata's up to `managedFields`, are scanned (the
-/// server writes `kind` and `apiVersion` first and the rest sorted, so spec
-/// and status are never read).
+/// server writes `kind`, `apiVersion` and `metadata` first, so spec and
+/// status are never read).
 fn managed_fields_span(obj: &[u8]) -> Option<std::ops::Range<usize>> {
     const KEY: &[u8] = b"\"managedFields\":";
     let meta = leading_field(obj, "metadata")??.get();
@@ -129,8 +129,9 @@ fn leading_field<'a>(
 }
 
 /// The JSON of an object laid out as kube-apiserver writes it where
-/// clients compare bytes: `kind` and `apiVersion` first (Go's struct
-/// order, `TypeMeta` leading), then the other entries in key order (what
+/// clients compare bytes: `kind`, `apiVersion` and `metadata` first (Go's
+/// struct order: every kind, list and `Status` embeds `TypeMeta` and then
+/// its object or list metadata), then the other entries in key order (what
 /// a `serde_json::Map` holds). A value that is not an object is written as
 /// it is. Only the top level is reordered: nested structs such as
 /// `ownerReferences` lead with `apiVersion` in Go too.
@@ -139,6 +140,9 @@ pub fn to_json(v: &Value) -> Vec<u8> {
     write_json(&mut out, v);
     out
 }
+
+/// The entries every object response leads with, in Go's order.
+const LEADING: [&str; 3] = ["kind", "apiVersion", "metadata"];
 
 /// [`to_json`] appended to `out`.
 pub fn write_json(out: &mut Vec<u8>, v: &Value) {
@@ -158,13 +162,13 @@ pub fn write_json(out: &mut Vec<u8>, v: &Value) {
         out.push(b':');
         let _ = serde_json::to_writer(&mut *out, x);
     };
-    for k in ["kind", "apiVersion"] {
+    for k in LEADING {
         if let Some(x) = m.get(k) {
             entry(out, k, x);
         }
     }
     for (k, x) in m {
-        if k != "kind" && k != "apiVersion" {
+        if !LEADING.contains(&k.as_str()) {
             entry(out, k, x);
         }
     }
@@ -172,7 +176,7 @@ pub fn write_json(out: &mut Vec<u8>, v: &Value) {
 }
 
 /// [`to_json`] for a response that may be a list: the list and each of
-/// its top-level `items` lead with `kind` and `apiVersion`.
+/// its top-level `items` lead with `kind`, `apiVersion` and `metadata`.
 pub fn to_json_list(v: &Value) -> Vec<u8> {
     let Some(Value::Array(items)) = v.get("items") else {
         return to_json(v);
@@ -183,14 +187,11 @@ pub fn to_json_list(v: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
     out.push(b'{');
     let mut first = true;
-    let keys = ["kind", "apiVersion"]
-        .into_iter()
-        .filter(|k| m.contains_key(*k))
-        .chain(
-            m.keys()
-                .map(String::as_str)
-                .filter(|k| *k != "kind" && *k != "apiVersion"),
-        );
+    let keys = LEADING.into_iter().filter(|k| m.contains_key(*k)).chain(
+        m.keys()
+            .map(String::as_str)
+            .filter(|k| !LEADING.contains(k)),
+    );
     for k in keys {
         if !first {
             out.push(b',');

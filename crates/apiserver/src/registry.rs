@@ -184,7 +184,15 @@ impl ResourceDef {
     /// for a missing field or `null`, except where the kind renders a
     /// missing bool or integer as `false` / `0` ([`Self::field_absent`]).
     pub fn field_value(&self, obj: &Value, field: &str) -> Option<String> {
-        let v = kubeforge_apimachinery::fields::json_field(obj, field);
+        use kubeforge_apimachinery::fields::json_field;
+        if field == "source" && self.group.is_empty() && self.kind == "Event" {
+            // kube's event field set: `source.component`, else the
+            // reporting controller (`reportingComponent` in core/v1).
+            return json_field(obj, "source.component")
+                .filter(|s| !s.is_empty())
+                .or_else(|| json_field(obj, "reportingComponent"));
+        }
+        let v = json_field(obj, field);
         match v.as_deref() {
             Some("") => match self.field_absent.iter().find(|(f, _)| *f == field) {
                 Some((_, absent)) => Some((*absent).to_string()),
