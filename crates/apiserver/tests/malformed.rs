@@ -519,7 +519,8 @@ fn query(rng: &mut Rng) -> String {
             "18446744073709551616",
             " 1",
         ];
-        q.push(format!("resourceVersion={}", enc(*rng.pick(&rvs))));
+        let rv: &&str = rng.pick(&rvs);
+        q.push(format!("resourceVersion={}", enc(rv)));
     }
     if rng.chance(20) {
         let m = ["Exact", "NotOlderThan", "exact", "", "Bogus"];
