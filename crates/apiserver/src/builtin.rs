@@ -91,6 +91,19 @@ const EVENTS_V1_FIELDS: &[&str] = &[
     "type",
 ];
 
+/// Field labels kube computes from a Go bool or integer, with what an
+/// object without the field shows (`NodeToSelectableFields`:
+/// `strconv.FormatBool(node.Spec.Unschedulable)`, the pod's
+/// `spec.hostNetwork`, a Job's `status.successful`, a ReplicaSet's
+/// `status.replicas`). String fields show "" and need no entry.
+#[allow(clippy::type_complexity)]
+const ABSENT_FIELDS: &[(&str, &str, &[(&str, &str)])] = &[
+    ("v1", "Node", &[("spec.unschedulable", "false")]),
+    ("v1", "Pod", &[("spec.hostNetwork", "false")]),
+    ("batch/v1", "Job", &[("status.successful", "0")]),
+    ("apps/v1", "ReplicaSet", &[("status.replicas", "0")]),
+];
+
 static ROWS: &[Row] = &[
     row!(
         "v1",
@@ -128,7 +141,7 @@ static ROWS: &[Row] = &[
         ALL,
         NS,
         STATUS,
-        NONE,
+        &["spec.clusterIP", "spec.type"],
         Dns1035Label,
         false,
         Service,
@@ -324,7 +337,7 @@ static ROWS: &[Row] = &[
         ALL,
         NS,
         STATUS | SCALE,
-        NONE,
+        &["status.replicas"],
         Subdomain,
         true,
         Workload,
@@ -686,6 +699,11 @@ fn to_def(r: &Row) -> ResourceDef {
         binding: r.subs & BINDING != 0,
         columns: (r.columns)(),
         field_selectors: r.fields.iter().map(|s| s.to_string()).collect(),
+        field_absent: ABSENT_FIELDS
+            .iter()
+            .find(|(gv, kind, _)| *gv == r.gv && *kind == r.kind)
+            .map_or(&[], |(_, _, f)| f),
+        namespace_field: !(r.gv == "v1" && matches!(r.kind, "Node" | "Namespace")),
         name_rule: r.name_rule,
         generation: r.generation,
         strategy: r.strategy,

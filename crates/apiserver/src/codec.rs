@@ -188,15 +188,18 @@ pub fn respond(code: StatusCode, body: Bytes, yaml: bool) -> Response<ApiBody> {
     r
 }
 
-/// A JSON value response.
+/// A JSON value response, leading with `kind` and `apiVersion` (and so
+/// does each of a list's `items`), as kube-apiserver writes objects.
 pub fn respond_value(code: StatusCode, v: &Value) -> Response<ApiBody> {
-    respond(code, Bytes::from(v.to_string()), false)
+    respond(code, Bytes::from(crate::object::to_json_list(v)), false)
 }
 
 /// The `Status` response for an error.
 pub fn respond_error(e: &ApiError) -> Response<ApiBody> {
     let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut r = respond_value(code, &e.to_status());
+    let mut body = e.status_json();
+    body.push(b'\n');
+    let mut r = respond(code, Bytes::from(body), false);
     if let Some(v) = e
         .details
         .retry_after

@@ -160,7 +160,7 @@ impl ResourceDef {
             return bytes.clone();
         };
         match self.reshape(stored) {
-            (served, true) => Bytes::from(served.to_string()),
+            (served, true) => Bytes::from(crate::object::to_json(&served)),
             (_, false) => bytes.clone(),
         }
     }

@@ -159,6 +159,7 @@ pub fn validate(crd: &Value, causes: &mut Vec<Cause>) {
 fn accepted_names(crd: &Value) -> Value {
     let mut names = crd
         .pointer("/spec/names")
+        .filter(|n| n.is_object())
         .cloned()
         .unwrap_or_else(|| json!({}));
     let kind = names
@@ -248,13 +249,17 @@ fn default_crd(obj: &mut Value) {
         .and_then(Value::as_array_mut)
     {
         for v in vs {
-            if v.get("served").is_none() {
-                v["served"] = json!(true);
+            if let Some(v) = v.as_object_mut()
+                && !v.contains_key("served")
+            {
+                v.insert("served".into(), json!(true));
             }
         }
     }
-    if obj.pointer("/spec/conversion").is_none() {
-        obj["spec"]["conversion"] = json!({"strategy": "None"});
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+        && !spec.contains_key("conversion")
+    {
+        spec.insert("conversion".into(), json!({"strategy": "None"}));
     }
     if let Some(names) = obj
         .pointer_mut("/spec/names")
@@ -519,6 +524,8 @@ fn rows_for(crd: &Value) -> Vec<(ResourceDef, Option<Arc<Value>>)> {
             binding: false,
             columns,
             field_selectors,
+            field_absent: &[],
+            namespace_field: true,
             name_rule: NameRule::Subdomain,
             generation: true,
             strategy: Strategy::Plain,

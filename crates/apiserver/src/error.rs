@@ -262,6 +262,92 @@ impl ApiError {
         Self::new(504, "Timeout", message)
     }
 
+    /// The `Status` object's JSON as kube-apiserver writes it: Go's field
+    /// order (`kind`, `apiVersion`, `metadata`, `status`, `message`,
+    /// `reason`, `details`, `code`; in `details`: `name`, `group`, `kind`,
+    /// `uid`, `causes` of `reason`, `message`, `field`, then
+    /// `retryAfterSeconds`), empty fields left out as `omitempty` does, and
+    /// no trailing newline (the response adds it).
+    pub fn status_json(&self) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Empty {}
+        #[derive(serde::Serialize)]
+        struct CauseOut<'a> {
+            #[serde(skip_serializing_if = "str::is_empty")]
+            reason: &'a str,
+            #[serde(skip_serializing_if = "str::is_empty")]
+            message: &'a str,
+            #[serde(skip_serializing_if = "str::is_empty")]
+            field: &'a str,
+        }
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct DetailsOut<'a> {
+            #[serde(skip_serializing_if = "str::is_empty")]
+            name: &'a str,
+            #[serde(skip_serializing_if = "str::is_empty")]
+            group: &'a str,
+            #[serde(skip_serializing_if = "str::is_empty")]
+            kind: &'a str,
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            causes: Vec<CauseOut<'a>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            retry_after_seconds: Option<u32>,
+        }
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct StatusOut<'a> {
+            kind: &'static str,
+            api_version: &'static str,
+            metadata: Empty,
+            status: &'static str,
+            #[serde(skip_serializing_if = "str::is_empty")]
+            message: &'a str,
+            #[serde(skip_serializing_if = "str::is_empty")]
+            reason: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            details: Option<DetailsOut<'a>>,
+            #[serde(skip_serializing_if = "is_zero")]
+            code: u16,
+        }
+        fn is_zero(c: &u16) -> bool {
+            *c == 0
+        }
+        let d = &self.details;
+        let details = DetailsOut {
+            name: d.name.as_deref().unwrap_or(""),
+            group: d.group.as_deref().unwrap_or(""),
+            kind: d.kind.as_deref().unwrap_or(""),
+            causes: d
+                .causes
+                .iter()
+                .map(|c| CauseOut {
+                    reason: &c.reason,
+                    message: &c.message,
+                    field: &c.field,
+                })
+                .collect(),
+            retry_after_seconds: d.retry_after.filter(|s| *s > 0),
+        };
+        let empty = details.name.is_empty()
+            && details.group.is_empty()
+            && details.kind.is_empty()
+            && details.causes.is_empty()
+            && details.retry_after_seconds.is_none();
+        let out = StatusOut {
+            kind: "Status",
+            api_version: "v1",
+            metadata: Empty {},
+            status: "Failure",
+            message: &self.message,
+            reason: self.reason,
+            details: (!empty).then_some(details),
+            code: self.code,
+        };
+        // Serializing these plain structs into a Vec cannot fail.
+        serde_json::to_vec(&out).unwrap_or_default()
+    }
+
     /// The `Status` object for this error.
     pub fn to_status(&self) -> Value {
         let mut details = serde_json::Map::new();

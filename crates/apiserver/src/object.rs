@@ -58,7 +58,8 @@ pub fn without_managed_fields(obj: &bytes::Bytes) -> bytes::Bytes {
 /// The byte range to remove for `"managedFields":[…]` in the object's
 /// metadata, with one adjoining comma. Only the object's leading entries up
 /// to `metadata`, and metadata's up to `managedFields`, are scanned (the
-/// server writes keys sorted, so spec and status are never read).
+/// server writes `kind`, `apiVersion` and `metadata` first, so spec and
+/// status are never read).
 fn managed_fields_span(obj: &[u8]) -> Option<std::ops::Range<usize>> {
     const KEY: &[u8] = b"\"managedFields\":";
     let meta = leading_field(obj, "metadata")??.get();
@@ -127,6 +128,94 @@ fn leading_field<'a>(
     }
 }
 
+/// The JSON of an object laid out as kube-apiserver writes it where
+/// clients compare bytes: `kind`, `apiVersion` and `metadata` first (Go's
+/// struct order: every kind, list and `Status` embeds `TypeMeta` and then
+/// its object or list metadata), then the other entries in key order (what
+/// a `serde_json::Map` holds). A value that is not an object is written as
+/// it is. Only the top level is reordered: nested structs such as
+/// `ownerReferences` lead with `apiVersion` in Go too.
+pub fn to_json(v: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    write_json(&mut out, v);
+    out
+}
+
+/// The entries every object response leads with, in Go's order.
+const LEADING: [&str; 3] = ["kind", "apiVersion", "metadata"];
+
+/// [`to_json`] appended to `out`.
+pub fn write_json(out: &mut Vec<u8>, v: &Value) {
+    let Value::Object(m) = v else {
+        // Writing a Value into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, v);
+        return;
+    };
+    out.push(b'{');
+    let mut first = true;
+    let mut entry = |out: &mut Vec<u8>, k: &str, x: &Value| {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        let _ = serde_json::to_writer(&mut *out, k);
+        out.push(b':');
+        let _ = serde_json::to_writer(&mut *out, x);
+    };
+    for k in LEADING {
+        if let Some(x) = m.get(k) {
+            entry(out, k, x);
+        }
+    }
+    for (k, x) in m {
+        if !LEADING.contains(&k.as_str()) {
+            entry(out, k, x);
+        }
+    }
+    out.push(b'}');
+}
+
+/// [`to_json`] for a response that may be a list: the list and each of
+/// its top-level `items` lead with `kind`, `apiVersion` and `metadata`.
+pub fn to_json_list(v: &Value) -> Vec<u8> {
+    let Some(Value::Array(items)) = v.get("items") else {
+        return to_json(v);
+    };
+    let Value::Object(m) = v else {
+        return to_json(v);
+    };
+    let mut out = Vec::with_capacity(512);
+    out.push(b'{');
+    let mut first = true;
+    let keys = LEADING.into_iter().filter(|k| m.contains_key(*k)).chain(
+        m.keys()
+            .map(String::as_str)
+            .filter(|k| !LEADING.contains(k)),
+    );
+    for k in keys {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        let _ = serde_json::to_writer(&mut out, k);
+        out.push(b':');
+        if k == "items" {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_json(&mut out, item);
+            }
+            out.push(b']');
+        } else if let Some(x) = m.get(k) {
+            let _ = serde_json::to_writer(&mut out, x);
+        }
+    }
+    out.push(b'}');
+    out
+}
+
 /// Now, as an RFC 3339 timestamp with second precision (metav1.Time).
 pub fn now_rfc3339() -> String {
     let now = jiff::Timestamp::now();
@@ -176,7 +265,7 @@ impl Encoded {
     pub fn new(mut obj: Value) -> Encoded {
         let placeholder = rv_placeholder();
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(placeholder));
-        let bytes = serde_json::to_vec(&obj).unwrap_or_default();
+        let bytes = to_json(&obj);
         let needle = placeholder.as_bytes();
         let at = find_from(&bytes, needle, 0);
         let unique = at.is_some_and(|i| find_from(&bytes, needle, i + needle.len()).is_none());
@@ -222,7 +311,7 @@ impl Encoded {
 /// Serialize an object with its `resourceVersion` set to `rev`.
 pub fn encode_with_rv(mut obj: Value, rev: u64) -> bytes::Bytes {
     meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(rev.to_string()));
-    bytes::Bytes::from(serde_json::to_vec(&obj).unwrap_or_default())
+    bytes::Bytes::from(to_json(&obj))
 }
 
 /// Everything but metadata and status: what a generation bump looks at.

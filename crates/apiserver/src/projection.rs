@@ -146,6 +146,9 @@ mod tests {
         let bytes = serde_json::to_vec(&obj).unwrap();
         let odd = json!({"metadata": "not an object", "spec": [1, 2], "status": {"phase": {"nested": 1}}});
         let odd_bytes = serde_json::to_vec(&odd).unwrap();
+        let pods = crate::registry::Registry::with_builtins()
+            .get("", "v1", "pods")
+            .unwrap();
         let cases = [
             ("", "spec.nodeName!="),
             ("", "spec.nodeName=n1"),
@@ -169,8 +172,8 @@ mod tests {
             for (whole, raw) in [(&obj, &bytes), (&odd, &odd_bytes)] {
                 let projected = p.decode(raw).unwrap();
                 assert_eq!(
-                    matches(&projected, &labels, &fields),
-                    matches(whole, &labels, &fields),
+                    matches(&pods, &projected, &labels, &fields),
+                    matches(&pods, whole, &labels, &fields),
                     "{l:?} {f:?} on {whole}"
                 );
             }

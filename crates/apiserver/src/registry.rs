@@ -101,6 +101,13 @@ pub struct ResourceDef {
     pub columns: Vec<Column>,
     /// Field selectors supported besides metadata.name and metadata.namespace.
     pub field_selectors: Vec<String>,
+    /// Field labels kube renders from a Go bool or integer (its
+    /// `ToSelectableFields` functions): an object without the field has
+    /// this value there (`false`, `0`) rather than the empty string.
+    pub field_absent: &'static [(&'static str, &'static str)],
+    /// Whether `metadata.namespace` may be selected on: every kind but
+    /// Node and Namespace, whose field label conversions leave it out.
+    pub namespace_field: bool,
     /// Name validation rule.
     pub name_rule: NameRule,
     /// Whether metadata.generation is tracked.
@@ -168,8 +175,31 @@ impl ResourceDef {
     /// Whether `field` may be used in a field selector.
     pub fn supports_field(&self, field: &str) -> bool {
         field == "metadata.name"
-            || field == "metadata.namespace"
+            || (field == "metadata.namespace" && self.namespace_field)
             || self.field_selectors.iter().any(|f| f == field)
+    }
+
+    /// The value of field label `field` of `obj` for a field selector, as
+    /// kube's field sets give it: the field's JSON scalar as a string, ""
+    /// for a missing field or `null`, except where the kind renders a
+    /// missing bool or integer as `false` / `0` ([`Self::field_absent`]).
+    pub fn field_value(&self, obj: &Value, field: &str) -> Option<String> {
+        use kubeforge_apimachinery::fields::json_field;
+        if field == "source" && self.group.is_empty() && self.kind == "Event" {
+            // kube's event field set: `source.component`, else the
+            // reporting controller (`reportingComponent` in core/v1).
+            return json_field(obj, "source.component")
+                .filter(|s| !s.is_empty())
+                .or_else(|| json_field(obj, "reportingComponent"));
+        }
+        let v = json_field(obj, field);
+        match v.as_deref() {
+            Some("") => match self.field_absent.iter().find(|(f, _)| *f == field) {
+                Some((_, absent)) => Some((*absent).to_string()),
+                None => v,
+            },
+            _ => v,
+        }
     }
 
     /// Description for the OpenAPI builders.

@@ -214,12 +214,18 @@ fn partial_metadata(v: &Value) -> Value {
     })
 }
 
-/// Whether an object passes label and field selectors.
-pub(crate) fn matches(obj: &Value, labels: &Selector, fields: &FieldSelector) -> bool {
+/// Whether an object of `def` passes label and field selectors (field
+/// values as [`ResourceDef::field_value`] renders them).
+pub(crate) fn matches(
+    def: &ResourceDef,
+    obj: &Value,
+    labels: &Selector,
+    fields: &FieldSelector,
+) -> bool {
     if !labels.is_everything() && !labels.matches(&obj.pointer("/metadata/labels")) {
         return false;
     }
-    fields.is_everything() || fields.matches(|f| kubeforge_apimachinery::fields::json_field(obj, f))
+    fields.is_everything() || fields.matches(|f| def.field_value(obj, f))
 }
 
 fn get(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
@@ -409,7 +415,7 @@ pub(crate) async fn list_page(
             let Some(obj) = ctx.def.decode_stored(&kv.value) else {
                 continue;
             };
-            if !matches(&obj, labels, fields) {
+            if !matches(&ctx.def, &obj, labels, fields) {
                 continue;
             }
             let key = kv.key.to_string();
@@ -839,7 +845,7 @@ pub(crate) async fn create_object(
     ctx.warnings.extend(warnings);
     // --- end admission ---
     if ctx.dry_run() {
-        return Ok((StatusCode::CREATED, Bytes::from(obj.to_string())));
+        return Ok((StatusCode::CREATED, Bytes::from(object::to_json(&obj))));
     }
     let mut encoded = object::Encoded::new(ctx.def.to_storage(obj));
     let mut retries = 0;
@@ -1033,7 +1039,7 @@ pub(crate) async fn update_object(
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
             .unwrap_or(0)
-            + 1;
+            .saturating_add(1);
         meta_mut(&mut obj).insert("generation".into(), json!(g));
     }
     crate::crd::before_update(ctx, &mut obj, &old)?;
@@ -1053,7 +1059,7 @@ pub(crate) async fn update_object(
         return Ok((StatusCode::OK, current.value));
     }
     if ctx.dry_run() {
-        return Ok((StatusCode::OK, Bytes::from(obj.to_string())));
+        return Ok((StatusCode::OK, Bytes::from(object::to_json(&obj))));
     }
     let key = ctx.key(name);
     let obj = ctx.def.to_storage(obj);
@@ -1432,7 +1438,7 @@ pub(crate) async fn delete_object(
                     return Ok((StatusCode::OK, current.value));
                 }
                 if dry_run {
-                    return Ok((StatusCode::OK, Bytes::from(obj.to_string())));
+                    return Ok((StatusCode::OK, Bytes::from(object::to_json(&obj))));
                 }
                 match store_update(ctx, &key, current.mod_revision, obj).await? {
                     Some(b) => return Ok((StatusCode::OK, b)),
@@ -1471,12 +1477,16 @@ pub(crate) async fn delete_object(
                     m.insert("finalizers".into(), Value::Array(finalizers));
                 }
                 if !deleting && ctx.def.generation {
-                    let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
+                    let g = m
+                        .get("generation")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0)
+                        .saturating_add(1);
                     m.insert("generation".into(), json!(g));
                 }
             }
             if dry_run {
-                return Ok((kept, Bytes::from(obj.to_string())));
+                return Ok((kept, Bytes::from(object::to_json(&obj))));
             }
             match store_update(ctx, &key, current.mod_revision, obj).await? {
                 Some(b) => return Ok((kept, b)),
@@ -1504,7 +1514,11 @@ pub(crate) async fn delete_object(
                     .and_then(Value::as_str)
                     .is_none_or(|t| t > now.as_str());
                 if !deleting && ctx.def.generation {
-                    let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
+                    let g = m
+                        .get("generation")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0)
+                        .saturating_add(1);
                     m.insert("generation".into(), json!(g));
                 }
                 if later {
@@ -1514,7 +1528,7 @@ pub(crate) async fn delete_object(
                 m.insert("finalizers".into(), Value::Array(finalizers));
             }
             if dry_run {
-                return Ok((kept, Bytes::from(obj.to_string())));
+                return Ok((kept, Bytes::from(object::to_json(&obj))));
             }
             match store_update(ctx, &key, current.mod_revision, obj).await? {
                 Some(b) => return Ok((kept, b)),

@@ -216,10 +216,12 @@ pub async fn bind(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response<ApiBody>
             .await
         {
             Ok(_) => {
-                let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
+                // kube's Status in Go's field order.
+                let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","code":201}
+"#;
                 return Ok(codec::respond(
                     StatusCode::CREATED,
-                    Bytes::from(status.to_string()),
+                    Bytes::from_static(status.as_bytes()),
                     false,
                 ));
             }

@@ -177,7 +177,8 @@ impl ApiServer {
         &self.inner.registry
     }
 
-    /// Serve one request.
+    /// Serve one request. A handler that panics is answered with a 500
+    /// `Status` (see the `recover` module), so the connection stays usable.
     pub async fn handle<B>(&self, req: Request<B>) -> Response<ApiBody>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -186,9 +187,10 @@ impl ApiServer {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         let started = std::time::Instant::now();
-        let resp = match self.dispatch(req).await {
-            Ok(r) => r,
-            Err(e) => codec::respond_error(&e),
+        let resp = match crate::recover::catch_unwind(self.dispatch(req)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => codec::respond_error(&e),
+            Err(_) => codec::respond_error(&crate::recover::panicked(&method, &path)),
         };
         tracing::debug!(%method, %path, status = resp.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64, "request");
         resp
@@ -200,6 +202,19 @@ impl ApiServer {
         B::Error: Into<BoxError>,
     {
         let (parts, body) = req.into_parts();
+        let writes = matches!(
+            parts.method,
+            Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+        );
+        // Only writes read their body; any other request's body is read
+        // and dropped first, so the connection stays usable for the next
+        // request (hyper cannot reuse a connection with an unread body).
+        let body = if writes {
+            Some(body)
+        } else {
+            discard_body(body).await;
+            None
+        };
         let registry = &self.inner.registry;
         let r = route(parts.uri.path(), |g, v, p| {
             registry.get(g, v, p).is_some_and(|d| d.namespaced)
@@ -209,6 +224,9 @@ impl ApiServer {
             && parts.method != Method::GET
             && parts.method != Method::HEAD
         {
+            if let Some(b) = body {
+                discard_body(b).await;
+            }
             return Err(ApiError::method_not_supported(
                 crate::error::GroupResource {
                     group: "",
@@ -249,13 +267,9 @@ impl ApiServer {
             }
             Route::Unknown => Err(ApiError::no_route()),
             Route::Resource(p) => {
-                let body = if matches!(
-                    parts.method,
-                    Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-                ) {
-                    read_body(body).await?
-                } else {
-                    Bytes::new()
+                let body = match body {
+                    Some(b) => read_body(b).await?,
+                    None => Bytes::new(),
                 };
                 crate::rest::serve(self, p, parts.method, parts.headers, query, body).await
             }
@@ -309,12 +323,14 @@ impl ApiServer {
                     tower::ServiceExt::oneshot(service.clone(), req)
                 });
                 let io = hyper_util::rt::TokioIo::new(stream);
-                if let Err(e) = hyper::server::conn::http1::Builder::new()
+                match hyper::server::conn::http1::Builder::new()
                     .keep_alive(true)
                     .serve_connection(io, svc)
+                    .without_shutdown()
                     .await
                 {
-                    tracing::debug!(error = %e, "connection ended");
+                    Ok(parts) => crate::linger::close(parts.io.into_inner()).await,
+                    Err(e) => tracing::debug!(error = %e, "connection ended"),
                 }
             });
         }
@@ -407,6 +423,19 @@ where
             }
         }
     }
+}
+
+/// Read and drop a request body nothing uses, up to [`MAX_BODY`] bytes
+/// (past that the connection is closed after the answer, gracefully).
+async fn discard_body<B>(body: B)
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    if http_body::Body::is_end_stream(&body) {
+        return;
+    }
+    let _ = http_body_util::Limited::new(body, MAX_BODY).collect().await;
 }
 
 fn version_info() -> serde_json::Value {

@@ -66,17 +66,18 @@ pub fn prepare_update(ctx: &Ctx<'_>, obj: &mut Value, old: &Value) {
             }
         }
         Strategy::Service => {
-            // The cluster IP is immutable once allocated.
+            // The cluster IP is immutable once allocated. A `spec` that is
+            // not an object is left for validation to refuse.
             if let Some(ip) = old.pointer("/spec/clusterIP").cloned()
-                && obj
-                    .pointer("/spec/clusterIP")
-                    .is_none_or(|v| v.as_str() == Some(""))
+                && let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+                && spec.get("clusterIP").is_none_or(|v| v.as_str() == Some(""))
             {
-                obj["spec"]["clusterIP"] = ip.clone();
-                obj["spec"]["clusterIPs"] = old
+                let ips = old
                     .pointer("/spec/clusterIPs")
                     .cloned()
-                    .unwrap_or(json!([ip]));
+                    .unwrap_or_else(|| json!([ip]));
+                spec.insert("clusterIP".into(), ip);
+                spec.insert("clusterIPs".into(), ips);
             }
             default_service(obj);
         }
@@ -420,6 +421,9 @@ pub fn default_pod_spec(spec: &mut Value, is_pod: bool) {
         if let Some(cs) = m.get_mut(list).and_then(Value::as_array_mut) {
             for c in cs {
                 default_container(c);
+                if is_pod {
+                    default_requests_to_limits(c);
+                }
             }
         }
     }
@@ -477,6 +481,28 @@ fn default_container(c: &mut Value) {
             if let Some(pm) = p.as_object_mut() {
                 set_default(pm, "protocol", json!("TCP"));
             }
+        }
+    }
+}
+
+/// A pod's container (or init container) with `resources.limits` gets each
+/// missing `requests` entry from its limit, as kube's `SetDefaults_Pod`
+/// does (only for pods, not pod templates): a pod asking `nvidia.com/gpu: 2`
+/// in its limits alone then requests two GPUs and is scheduled accordingly.
+fn default_requests_to_limits(c: &mut Value) {
+    let Some(res) = c.get_mut("resources").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let Some(limits) = res.get("limits").and_then(Value::as_object).cloned() else {
+        return;
+    };
+    // A `requests` of another type is left for validation to refuse.
+    if res.get("requests").is_none_or(Value::is_null) {
+        res.insert("requests".into(), json!({}));
+    }
+    if let Some(requests) = res.get_mut("requests").and_then(Value::as_object_mut) {
+        for (k, v) in limits {
+            requests.entry(k).or_insert(v);
         }
     }
 }

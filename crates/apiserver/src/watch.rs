@@ -78,7 +78,7 @@ impl Renderer {
             } else {
                 json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": v.get("metadata")})
             };
-            out.extend_from_slice(wrapped.to_string().as_bytes());
+            crate::object::write_json(&mut out, &wrapped);
         } else {
             out.extend_from_slice(&obj);
         }
@@ -94,7 +94,7 @@ impl Renderer {
             Some(p) => p.decode(bytes),
             None => self.def.decode_stored(bytes),
         };
-        v.is_some_and(|v| matches(&v, &self.labels, &self.fields))
+        v.is_some_and(|v| matches(&self.def, &v, &self.labels, &self.fields))
     }
 
     /// The wire event for a store event, if this watcher sees it.
@@ -130,15 +130,24 @@ impl Renderer {
         }
         let obj =
             json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": meta});
-        Bytes::from(format!("{}\n", json!({"type": "BOOKMARK", "object": obj})))
+        watch_event("BOOKMARK", &crate::object::to_json(&obj))
     }
 }
 
+/// One line of a watch stream: `{"type":…,"object":…}` in Go's field
+/// order (`metav1.WatchEvent`) and a newline.
+fn watch_event(ty: &str, object: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(object.len() + 32);
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(ty.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    out.extend_from_slice(object);
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
+}
+
 fn error_event(e: &ApiError) -> Bytes {
-    Bytes::from(format!(
-        "{}\n",
-        json!({"type": "ERROR", "object": e.to_status()})
-    ))
+    watch_event("ERROR", &e.status_json())
 }
 
 /// Serve `?watch=true`.

@@ -158,6 +158,22 @@ async fn gpus_and_unknown_extended_resources() {
     .await;
     let msg = unschedulable_message(&c, "fpga").await;
     assert!(msg.contains("2 Insufficient example.com/fpga"), "{msg}");
+    // GPUs asked in limits only: the API server defaults the requests to
+    // the limits (SetDefaults_Pod), so no node fits this one either.
+    pod(
+        &c,
+        "limits-only",
+        "100m",
+        "64Mi",
+        json!({"spec": {"containers": [{"name": "c", "image": "cuda", "resources": {
+        "limits": {"nvidia.com/gpu": "1"}}}]}}),
+    )
+    .await;
+    let msg = unschedulable_message(&c, "limits-only").await;
+    assert!(
+        msg.starts_with("0/2 nodes are available: 2 Insufficient nvidia.com/gpu."),
+        "{msg}"
+    );
     sched.stop().await;
 }
 
