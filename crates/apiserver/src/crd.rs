@@ -517,6 +517,7 @@ fn rows_for(crd: &Value) -> Vec<(ResourceDef, Option<Arc<Value>>)> {
             status: v.pointer("/subresources/status").is_some(),
             scale,
             binding: false,
+            ephemeral_containers: false,
             columns,
             field_selectors,
             name_rule: NameRule::Subdomain,
