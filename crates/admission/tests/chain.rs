@@ -879,12 +879,18 @@ async fn invalid_selectors_fail_and_relabelled_namespaces_stay_selected() {
             ),
         )
         .await;
-        cms.create(&PostParams::default(), &cm(&format!("ok-{field}"), &[]))
-            .await
-            .expect("rules that do not match skip the selector");
+        cms.create(
+            &PostParams::default(),
+            &cm(&format!("ok-{}", field.to_lowercase()), &[]),
+        )
+        .await
+        .expect("rules that do not match skip the selector");
         let (code, msg) = status_of(
             secrets
-                .create(&PostParams::default(), &secret(&format!("s-{field}")))
+                .create(
+                    &PostParams::default(),
+                    &secret(&format!("s-{}", field.to_lowercase())),
+                )
                 .await
                 .expect_err("an invalid selector fails the request, failurePolicy Ignore or not"),
         );

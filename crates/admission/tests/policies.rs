@@ -231,7 +231,17 @@ async fn policies_end_to_end() {
     let resigned = format!("sha256:{}", "3c".repeat(32));
     let sigs: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "image-signatures", "labels": {"kubeforge.dev/image-signatures": "true"}},
         "data": {data_key(&signed): trusted.sign_digest(&signed).expect("sign"), data_key(&resigned): other.sign_digest(&resigned).expect("sign")}})).expect("cm");
+    // Signatures count only in the server's own namespace: the same
+    // ConfigMap in the pods' namespace is ignored.
+    namespace(&client, "kubeforge-system", json!({})).await;
+    let elsewhere = format!("sha256:{}", "4d".repeat(32));
+    let foreign: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "image-signatures", "labels": {"kubeforge.dev/image-signatures": "true"}},
+        "data": {data_key(&elsewhere): trusted.sign_digest(&elsewhere).expect("sign")}})).expect("cm");
     Api::<ConfigMap>::namespaced(client.clone(), "secure")
+        .create(&PostParams::default(), &foreign)
+        .await
+        .expect("signatures elsewhere");
+    Api::<ConfigMap>::namespaced(client.clone(), "kubeforge-system")
         .create(&PostParams::default(), &sigs)
         .await
         .expect("signatures");
@@ -302,6 +312,20 @@ async fn policies_end_to_end() {
     assert!(
         msg.contains("has no valid signature from the trusted keys (release)"),
         "{msg}"
+    );
+    let msg = refused(
+        &secure,
+        &pod(
+            "foreign",
+            &format!("docker.io/library/app@{elsewhere}"),
+            false,
+            json!({}),
+        ),
+    )
+    .await;
+    assert!(
+        msg.contains("has no signature from the trusted keys (release)"),
+        "a signature outside the server's namespace does not count: {msg}"
     );
     let msg = refused(
         &secure,
