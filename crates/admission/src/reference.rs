@@ -19,7 +19,7 @@ const NAME_TOTAL_LENGTH_MAX: usize = 255;
 /// An image reference taken apart.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImageRef {
-    /// Registry host[:port] (`docker.io` for Docker Hub).
+    /// Registry `host[:port]` (`docker.io` for Docker Hub).
     pub registry: String,
     /// Repository path (`library/nginx`).
     pub repository: String,
