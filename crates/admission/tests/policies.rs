@@ -159,6 +159,46 @@ async fn policies_end_to_end() {
         msg.contains("not in the allowed registries (docker.io, registry.k8s.io)"),
         "{msg}"
     );
+    // Registries by distribution's rules: an uppercase first component is a host.
+    let msg = refused(&prod, &pod("mirror", "Mirror/nginx:1.27", true, json!({}))).await;
+    assert!(
+        msg.contains("uses image \"Mirror/nginx:1.27\" from registry \"Mirror\""),
+        "{msg}"
+    );
+    // Ephemeral containers (`kubectl debug`) are reviewed by the image rules
+    // through their subresource; resources are not required of them.
+    let debug = |image: &str| json!({"spec": {"ephemeralContainers": [{"name": "debugger", "image": image}]}});
+    let (code, msg) = status_of(
+        prod.patch_ephemeral_containers(
+            "limited",
+            &PatchParams::default(),
+            &Patch::Strategic(debug("quay.io/debug/tools:1")),
+        )
+        .await
+        .expect_err("refused"),
+    );
+    assert_eq!(code, 403, "{msg}");
+    assert!(
+        msg.contains(
+            "container \"debugger\" uses image \"quay.io/debug/tools:1\" from registry \"quay.io\""
+        ),
+        "{msg}"
+    );
+    let debugged = prod
+        .patch_ephemeral_containers(
+            "limited",
+            &PatchParams::default(),
+            &Patch::Strategic(debug("busybox:1.36")),
+        )
+        .await
+        .expect("an allowed debug image is admitted");
+    assert_eq!(
+        debugged
+            .spec
+            .and_then(|s| s.ephemeral_containers)
+            .map(|l| l.len()),
+        Some(1)
+    );
     let critical = prod
         .create(
             &PostParams::default(),
