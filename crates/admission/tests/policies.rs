@@ -34,34 +34,6 @@ fn pod(name: &str, image: &str, limits: bool, labels: serde_json::Value) -> Pod 
     .expect("pod")
 }
 
-/// Apply a policy and wait until the server reports it (Ready with this generation).
-async fn apply_policy(
-    client: &kube::Client,
-    name: &str,
-    spec: serde_json::Value,
-) -> (String, String) {
-    let api: Api<AdmissionPolicy> = Api::all(client.clone());
-    let p = json!({"apiVersion": "policy.kubeforge.dev/v1alpha1", "kind": "AdmissionPolicy", "metadata": {"name": name}, "spec": spec});
-    let applied = api
-        .patch(name, &PatchParams::apply("test").force(), &Patch::Apply(&p))
-        .await
-        .expect("apply policy");
-    let generation = applied.metadata.generation;
-    for _ in 0..200 {
-        let cur = api.get(name).await.expect("get policy");
-        if let Some(c) = cur
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
-            && c.observed_generation == generation
-        {
-            return (c.status.clone(), c.message.clone());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("policy {name} never reported Ready for generation {generation:?}");
-}
-
 async fn refused(api: &Api<Pod>, p: &Pod) -> String {
     let (code, msg) = status_of(
         api.create(&PostParams::default(), p)
@@ -89,6 +61,9 @@ async fn policies_end_to_end() {
     let server = PolicyServer::start(client.clone(), &opts)
         .await
         .expect("policy server");
+    tokio::time::timeout(Duration::from_secs(120), server.engine.until_ready())
+        .await
+        .expect("the policy server syncs");
     let metrics = server.metrics();
     tokio::spawn(server.run(std::future::pending()));
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kubeforge_admission::AdmissionPolicy;
 use kubeforge_admission::engine::{ClusterView, Engine, inputs};
 use kubeforge_admission::server::{PolicyHandler, PolicyServer, ServerOptions};
@@ -32,6 +32,10 @@ impl Running {
         let server = PolicyServer::start(client.clone(), &opts)
             .await
             .expect("policy server");
+        // Serve once synced, as a readiness probe would route traffic.
+        tokio::time::timeout(Duration::from_secs(120), server.engine.until_ready())
+            .await
+            .expect("the policy server syncs");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let done = tokio::spawn(async move {
             let _ = server
@@ -63,39 +67,6 @@ fn pod(name: &str, limits: bool) -> Pod {
         .expect("pod")
 }
 
-/// Apply a policy; wait until the server reports this generation; the
-/// condition's status and message.
-async fn apply_policy(client: &kube::Client, spec: serde_json::Value) -> (String, String) {
-    let api: Api<AdmissionPolicy> = Api::all(client.clone());
-    let p = json!({"apiVersion": "policy.kubeforge.dev/v1alpha1", "kind": "AdmissionPolicy",
-        "metadata": {"name": "limits"}, "spec": spec});
-    let applied = api
-        .patch(
-            "limits",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&p),
-        )
-        .await
-        .expect("apply policy");
-    wait_ready(&api, applied.metadata.generation).await
-}
-
-async fn wait_ready(api: &Api<AdmissionPolicy>, generation: Option<i64>) -> (String, String) {
-    for _ in 0..400 {
-        let cur = api.get("limits").await.expect("get policy");
-        if let Some(c) = cur
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
-            && c.observed_generation == generation
-        {
-            return (c.status.clone(), c.message.clone());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the policy never reported generation {generation:?}");
-}
-
 async fn refused_for_limits(pods: &Api<Pod>, name: &str) {
     let e = pods
         .create(&PostParams::default(), &pod(name, false))
@@ -123,7 +94,7 @@ async fn a_restarted_server_enforces_existing_policies() {
         )
         .await
         .expect("namespace");
-    let (ready, _) = apply_policy(&client, json!({"requireResources": {}})).await;
+    let (ready, _) = apply_policy(&client, "limits", json!({"requireResources": {}})).await;
     assert_eq!(ready, "True");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "prod");
     refused_for_limits(&pods, "before").await;
@@ -139,6 +110,7 @@ async fn a_restarted_server_enforces_existing_policies() {
     // An invalid edit keeps the last valid version in effect, reported.
     let (ready, msg) = apply_policy(
         &client,
+        "limits",
         json!({"requireResources": {}, "images": {"allowedRegistries": ["https://docker.io"]}}),
     )
     .await;
