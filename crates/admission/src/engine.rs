@@ -2,6 +2,10 @@
 //! namespaces, exclusions, namespace and object selectors), and what they
 //! say, per mode. Enforce refuses or mutates, Warn turns violations into
 //! warnings, Audit records them (see [`AuditRecord`]) and changes nothing.
+//!
+//! The engine answers nothing until its inputs have synced
+//! ([`Engine::not_ready`]), and refuses a pod whose namespace it cannot
+//! read when a policy needs the namespace's labels.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -41,12 +45,24 @@ pub struct ClusterView {
     pub client: Option<kube::Client>,
 }
 
+/// Inputs the engine waits for (see [`Engine::waiting_for`]).
+pub mod inputs {
+    /// The AdmissionPolicy cache.
+    pub const POLICIES: u8 = 1;
+    /// The namespace cache.
+    pub const NAMESPACES: u8 = 2;
+    /// The signature ConfigMap cache.
+    pub const SIGNATURES: u8 = 4;
+}
+
 /// The engine; cheap to share.
 pub struct Engine {
     policies: RwLock<Arc<Vec<Arc<CompiledPolicy>>>>,
     exempt: Vec<String>,
     view: ClusterView,
     audit: Option<tokio::sync::mpsc::UnboundedSender<AuditRecord>>,
+    /// [`inputs`] not synced yet.
+    pending: tokio::sync::watch::Sender<u8>,
 }
 
 impl Engine {
@@ -57,7 +73,48 @@ impl Engine {
             exempt,
             view,
             audit: None,
+            pending: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Answer no review until each of `inputs` (a mask of [`inputs`]) is
+    /// marked with [`Engine::synced`].
+    #[must_use]
+    pub fn waiting_for(self, inputs: u8) -> Engine {
+        self.pending.send_replace(inputs);
+        self
+    }
+
+    /// Mark an input as synced.
+    pub fn synced(&self, input: u8) {
+        self.pending.send_modify(|p| *p &= !input);
+    }
+
+    /// Resolves once every input has synced.
+    pub async fn until_ready(&self) {
+        let mut rx = self.pending.subscribe();
+        let _ = rx.wait_for(|p| *p == 0).await;
+    }
+
+    /// Why the engine cannot answer yet, or `None` when it can.
+    pub fn not_ready(&self) -> Option<String> {
+        let pending = *self.pending.borrow();
+        if pending == 0 {
+            return None;
+        }
+        let names: Vec<&str> = [
+            (inputs::POLICIES, "AdmissionPolicies"),
+            (inputs::NAMESPACES, "namespaces"),
+            (inputs::SIGNATURES, "signature ConfigMaps"),
+        ]
+        .iter()
+        .filter(|(bit, _)| pending & bit != 0)
+        .map(|(_, n)| *n)
+        .collect();
+        Some(format!(
+            "the policy server is not ready: its cache of {} has not synced yet",
+            names.join(", ")
+        ))
     }
 
     /// Send Audit-mode results to `tx`.
@@ -69,9 +126,13 @@ impl Engine {
 
     /// Replace the policies in effect.
     pub fn set_policies(&self, policies: Vec<CompiledPolicy>) {
-        let list: Vec<Arc<CompiledPolicy>> = policies.into_iter().map(Arc::new).collect();
+        self.set_compiled(policies.into_iter().map(Arc::new).collect());
+    }
+
+    /// Replace the policies in effect (shared with the policy cache).
+    pub fn set_compiled(&self, policies: Vec<Arc<CompiledPolicy>>) {
         if let Ok(mut p) = self.policies.write() {
-            *p = Arc::new(list);
+            *p = Arc::new(policies);
         }
     }
 
@@ -80,19 +141,29 @@ impl Engine {
         self.policies.read().map(|p| p.clone()).unwrap_or_default()
     }
 
-    async fn namespace_labels(&self, ns: &str) -> BTreeMap<String, String> {
+    /// The namespace's labels: from the cache, else from the API server
+    /// (a namespace just created). An error when it cannot be read: the
+    /// policies that select namespaces cannot be decided then. An engine
+    /// with no cluster view sees no labels.
+    async fn namespace_labels(&self, ns: &str) -> Result<BTreeMap<String, String>, String> {
         if let Some(store) = &self.view.namespaces
             && let Some(n) = store.get(&kube::runtime::reflector::ObjectRef::new(ns))
         {
-            return n.metadata.labels.clone().unwrap_or_default();
+            return Ok(n.metadata.labels.clone().unwrap_or_default());
         }
-        if let Some(client) = &self.view.client {
-            let api: kube::Api<Namespace> = kube::Api::all(client.clone());
-            if let Ok(Some(n)) = api.get_opt(ns).await {
-                return n.metadata.labels.unwrap_or_default();
-            }
+        let Some(client) = &self.view.client else {
+            return Ok(BTreeMap::new());
+        };
+        let api: kube::Api<Namespace> = kube::Api::all(client.clone());
+        match api.get_opt(ns).await {
+            Ok(Some(n)) => Ok(n.metadata.labels.unwrap_or_default()),
+            Ok(None) => Err(format!(
+                "the policy server cannot read namespace \"{ns}\": not found"
+            )),
+            Err(e) => Err(format!(
+                "the policy server cannot read namespace \"{ns}\": {e}"
+            )),
         }
-        BTreeMap::new()
     }
 
     fn signatures(&self, key: &str) -> Vec<Vec<u8>> {
@@ -119,14 +190,15 @@ impl Engine {
             .collect()
     }
 
-    /// The policies applying to `pod` in `ns`, with the namespace's labels.
+    /// The policies applying to `pod` in `ns`, with the namespace's labels;
+    /// an error when the namespace is needed and cannot be read.
     async fn applicable(
         &self,
         ns: &str,
         pod: &Pod,
-    ) -> (Vec<Arc<CompiledPolicy>>, BTreeMap<String, String>) {
+    ) -> Result<(Vec<Arc<CompiledPolicy>>, BTreeMap<String, String>), String> {
         if self.exempt.iter().any(|e| e == ns) {
-            return (Vec::new(), BTreeMap::new());
+            return Ok((Vec::new(), BTreeMap::new()));
         }
         let all = self.policies();
         let mut labels = None;
@@ -137,7 +209,7 @@ impl Engine {
             }
             let needs_ns = !p.namespace_selector.is_everything() || p.spec.sidecar.is_some();
             if needs_ns && labels.is_none() {
-                labels = Some(self.namespace_labels(ns).await);
+                labels = Some(self.namespace_labels(ns).await?);
             }
             if !p.namespace_selector.is_everything() {
                 let l = labels.clone().unwrap_or_default();
@@ -153,7 +225,7 @@ impl Engine {
             }
             out.push(p.clone());
         }
-        (out, labels.unwrap_or_default())
+        Ok((out, labels.unwrap_or_default()))
     }
 
     fn pod_name(req: &AdmissionRequest<Pod>, pod: &Pod) -> String {
@@ -175,8 +247,23 @@ impl Engine {
         if !matches!(req.operation, Operation::Create | Operation::Update) {
             return Verdict::allow();
         }
+        if let Some(why) = self.not_ready() {
+            return Verdict::deny(why);
+        }
         let ns = req.namespace.clone().unwrap_or_default();
-        let (policies, _) = self.applicable(&ns, pod).await;
+        let (policies, _) = match self.applicable(&ns, pod).await {
+            Ok(found) => found,
+            Err(why) => return Verdict::deny(why),
+        };
+        // Through `pods/ephemeralcontainers` only the containers it adds
+        // are reviewed (the rest of the pod cannot change there).
+        let added;
+        let pod = if req.sub_resource.as_deref() == Some("ephemeralcontainers") {
+            added = rules::added_ephemeral_containers(pod, req.old_object.as_ref());
+            &added
+        } else {
+            pod
+        };
         let mut denials = Vec::new();
         let mut verdict = Verdict::allow();
         for p in &policies {
@@ -226,8 +313,14 @@ impl Engine {
         if req.operation != Operation::Create {
             return Verdict::allow();
         }
+        if let Some(why) = self.not_ready() {
+            return Verdict::deny(why);
+        }
         let ns = req.namespace.clone().unwrap_or_default();
-        let (policies, ns_labels) = self.applicable(&ns, pod).await;
+        let (policies, ns_labels) = match self.applicable(&ns, pod).await {
+            Ok(found) => found,
+            Err(why) => return Verdict::deny(why),
+        };
         for p in policies.iter().filter(|p| p.spec.mode != Mode::Audit) {
             if let Some(cfg) = &p.spec.default_metadata {
                 rules::default_metadata(pod, cfg);

@@ -11,7 +11,10 @@
 //! (priorityClassName, tolerations, node affinity, nodeSelector). Each
 //! policy runs in Enforce, Warn or Audit mode, selects namespaces and pods
 //! by label, and is applied as soon as it changes; an invalid one is
-//! reported in its `Ready` condition naming the field.
+//! reported in its `Ready` condition naming the field, and its last valid
+//! version stays in effect. Ephemeral containers (`kubectl debug`) are
+//! reviewed by the image rules. The server answers no review until its
+//! caches have synced.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,8 +26,10 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cache;
 pub mod engine;
 pub mod policy;
+pub mod reference;
 pub mod rules;
 pub mod server;
 pub mod signature;

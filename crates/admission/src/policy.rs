@@ -2,7 +2,8 @@
 //! `policy.kubeforge.dev/v1alpha1`) and its compilation into a
 //! [`CompiledPolicy`]: selectors parsed, registries and keys checked. A
 //! policy that does not compile is reported in its `Ready` condition with
-//! the offending field and is not applied.
+//! the offending field; its last valid version (`status.effective`) stays
+//! in effect, if it had one.
 
 use std::collections::BTreeMap;
 
@@ -231,6 +232,22 @@ pub struct AdmissionPolicyStatus {
     /// Violations audited since the server started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_total: Option<u64>,
+    /// The version in effect: the current spec when it compiles, else the
+    /// last one that did. Kept here so a restarted server goes on enforcing
+    /// it while the current spec is invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effective: Option<EffectiveVersion>,
+}
+
+/// `status.effective`: a policy version the server enforces.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveVersion {
+    /// The generation it was read from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// Its spec, as JSON text (a string, so a merge patch replaces it whole).
+    pub spec: String,
 }
 
 /// A policy's problem, naming the field.

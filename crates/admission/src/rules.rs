@@ -14,11 +14,54 @@ pub const INJECTED_ANNOTATION: &str = "kubeforge.dev/sidecar-injected";
 /// Pod label or annotation opting in (`"true"`) or out (`"false"`).
 pub const INJECT_LABEL: &str = "kubeforge.dev/inject";
 
+/// Init containers and containers: what resource rules read (ephemeral
+/// containers cannot have resources; kube refuses them there).
 fn containers(spec: &PodSpec) -> impl Iterator<Item = &Container> {
     spec.init_containers
         .iter()
         .flatten()
         .chain(spec.containers.iter())
+}
+
+/// (name, image) of every container, ephemeral ones included: what image
+/// rules read.
+fn images_of(spec: &PodSpec) -> impl Iterator<Item = (&str, &str)> {
+    containers(spec)
+        .map(|c| (c.name.as_str(), c.image.as_deref().unwrap_or("")))
+        .chain(
+            spec.ephemeral_containers
+                .iter()
+                .flatten()
+                .map(|c| (c.name.as_str(), c.image.as_deref().unwrap_or(""))),
+        )
+}
+
+/// The pod as a `pods/ephemeralcontainers` write changes it: only the
+/// ephemeral containers `old` does not have yet.
+pub fn added_ephemeral_containers(pod: &Pod, old: Option<&Pod>) -> Pod {
+    let had: Vec<&str> = old
+        .and_then(|o| o.spec.as_ref())
+        .and_then(|s| s.ephemeral_containers.as_ref())
+        .map(|l| l.iter().map(|c| c.name.as_str()).collect())
+        .unwrap_or_default();
+    let added = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_ref())
+        .map(|l| {
+            l.iter()
+                .filter(|c| !had.contains(&c.name.as_str()))
+                .cloned()
+                .collect()
+        });
+    Pod {
+        metadata: pod.metadata.clone(),
+        spec: Some(PodSpec {
+            ephemeral_containers: added,
+            ..Default::default()
+        }),
+        status: None,
+    }
 }
 
 /// Missing requests and limits, per container.
@@ -66,53 +109,7 @@ pub fn require_resources(pod: &Pod, cfg: &RequireResources) -> Vec<String> {
     out
 }
 
-/// An image reference taken apart.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ImageRef {
-    /// Registry host (`docker.io` for short names).
-    pub registry: String,
-    /// Repository path (`library/nginx`).
-    pub repository: String,
-    /// Tag, if any.
-    pub tag: Option<String>,
-    /// Digest (`sha256:<hex>`), if any.
-    pub digest: Option<String>,
-}
-
-impl ImageRef {
-    /// Parse `[registry/]repo[:tag][@digest]` as the container runtime does.
-    pub fn parse(image: &str) -> Result<ImageRef, String> {
-        if image.is_empty() || image.chars().any(char::is_whitespace) {
-            return Err(format!("{image:?} is not a valid image reference"));
-        }
-        let (name, digest) = match image.split_once('@') {
-            Some((n, d)) => (n, Some(d.to_string())),
-            None => (image, None),
-        };
-        let (name, tag) = match name.rsplit_once(':') {
-            Some((n, t)) if !t.contains('/') => (n, Some(t.to_string())),
-            _ => (name, None),
-        };
-        let (registry, repository) = match name.split_once('/') {
-            Some((first, rest))
-                if first.contains('.') || first.contains(':') || first == "localhost" =>
-            {
-                (first.to_string(), rest.to_string())
-            }
-            _ if name.contains('/') => ("docker.io".to_string(), name.to_string()),
-            _ => ("docker.io".to_string(), format!("library/{name}")),
-        };
-        if repository.is_empty() {
-            return Err(format!("{image:?} has no repository"));
-        }
-        Ok(ImageRef {
-            registry,
-            repository,
-            tag,
-            digest,
-        })
-    }
-}
+pub use crate::reference::ImageRef;
 
 /// Tag and registry violations.
 pub fn images(pod: &Pod, cfg: &ImageRules) -> Vec<String> {
@@ -120,12 +117,11 @@ pub fn images(pod: &Pod, cfg: &ImageRules) -> Vec<String> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for c in containers(spec) {
-        let image = c.image.as_deref().unwrap_or("");
+    for (name, image) in images_of(spec) {
         let r = match ImageRef::parse(image) {
             Ok(r) => r,
             Err(e) => {
-                out.push(format!("container \"{}\": {e}", c.name));
+                out.push(format!("container \"{name}\": {e}"));
                 continue;
             }
         };
@@ -133,11 +129,11 @@ pub fn images(pod: &Pod, cfg: &ImageRules) -> Vec<String> {
             match r.tag.as_deref() {
                 Some("latest") => out.push(format!(
                     "container \"{}\" uses image \"{image}\": the :latest tag is not allowed, pin a version",
-                    c.name
+                    name
                 )),
                 None => out.push(format!(
                     "container \"{}\" uses image \"{image}\" without a tag (which means :latest), pin a version",
-                    c.name
+                    name
                 )),
                 _ => {}
             }
@@ -151,7 +147,7 @@ pub fn images(pod: &Pod, cfg: &ImageRules) -> Vec<String> {
             if !ok {
                 out.push(format!(
                     "container \"{}\" uses image \"{image}\" from registry \"{}\", which is not in the allowed registries ({})",
-                    c.name,
+                    name,
                     r.registry,
                     cfg.allowed_registries.join(", ")
                 ));
@@ -172,16 +168,14 @@ pub fn signatures(
         return Vec::new();
     };
     let mut out = Vec::new();
-    for c in containers(spec) {
-        let image = c.image.as_deref().unwrap_or("");
+    for (name, image) in images_of(spec) {
         let digest = ImageRef::parse(image).ok().and_then(|r| r.digest);
         let Some(digest) = digest.filter(|d| {
             d.strip_prefix("sha256:")
                 .is_some_and(|h| h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit()))
         }) else {
             out.push(format!(
-                "container \"{}\" uses image \"{image}\": signed images must be referenced by digest (@sha256:…)",
-                c.name
+                "container \"{name}\" uses image \"{image}\": signed images must be referenced by digest (@sha256:…)"
             ));
             continue;
         };
@@ -197,8 +191,7 @@ pub fn signatures(
                 "has no valid signature"
             };
             out.push(format!(
-                "container \"{}\" uses image \"{image}\", which {why} from the trusted keys ({})",
-                c.name,
+                "container \"{name}\" uses image \"{image}\", which {why} from the trusted keys ({})",
                 names.join(", ")
             ));
         }
@@ -331,17 +324,57 @@ mod tests {
     }
 
     #[test]
-    fn image_references() {
-        let r = ImageRef::parse("nginx").expect("ref");
-        assert_eq!(
-            (r.registry.as_str(), r.repository.as_str(), r.tag),
-            ("docker.io", "library/nginx", None)
+    fn image_rules_read_ephemeral_containers_too() {
+        let p = pod(
+            serde_json::json!({"spec": {"containers": [{"name": "a", "image": "nginx:1.27"}],
+            "ephemeralContainers": [{"name": "debugger", "image": "Mirror/busybox:1"}]}}),
         );
-        let r = ImageRef::parse("localhost:5000/a/b:1.2@sha256:00").expect("ref");
-        assert_eq!(r.registry, "localhost:5000");
-        assert_eq!(r.tag.as_deref(), Some("1.2"));
-        assert_eq!(r.digest.as_deref(), Some("sha256:00"));
-        assert!(ImageRef::parse("bad image").is_err());
+        let v = images(
+            &p,
+            &ImageRules {
+                disallow_latest: true,
+                allowed_registries: vec!["docker.io".into()],
+            },
+        );
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].contains("\"debugger\"") && v[0].contains("from registry \"Mirror\""),
+            "{v:?}"
+        );
+        let old = pod(
+            serde_json::json!({"spec": {"containers": [{"name": "a", "image": "nginx:1.27"}],
+            "ephemeralContainers": [{"name": "debugger", "image": "Mirror/busybox:1"}]}}),
+        );
+        let mut new = old.clone();
+        if let Some(s) = new.spec.as_mut() {
+            s.ephemeral_containers.get_or_insert_with(Vec::new).push(
+                serde_json::from_value(
+                    serde_json::json!({"name": "second", "image": "busybox:latest"}),
+                )
+                .expect("ec"),
+            );
+        }
+        let added = added_ephemeral_containers(&new, Some(&old));
+        let v = images(
+            &added,
+            &ImageRules {
+                disallow_latest: true,
+                allowed_registries: vec![],
+            },
+        );
+        assert_eq!(v.len(), 1, "only the added container: {v:?}");
+        assert!(v[0].contains("\"second\""), "{v:?}");
+        assert!(
+            require_resources(
+                &added,
+                &RequireResources {
+                    resources: vec!["cpu".into()],
+                    requests: true,
+                    limits: true
+                }
+            )
+            .is_empty()
+        );
     }
 
     #[test]

@@ -1,8 +1,14 @@
 //! The policy server: the engine behind two webhooks (`/mutate`,
 //! `/validate`) on a [`kubeforge_runtime::webhook::WebhookServer`], fed by
 //! watches of `AdmissionPolicy` objects (hot-applied, each one's `Ready`
-//! condition written back), namespaces and signature ConfigMaps; and the
-//! registration of its webhook configurations (and CRD) in a cluster.
+//! condition written back), namespaces and signature ConfigMaps (from one
+//! namespace); and the registration of its webhook configurations (and
+//! CRD) in a cluster.
+//!
+//! Until every watch has listed once, each review is answered with an
+//! error (HTTP 400 naming what has not synced), so the API server applies
+//! the webhook's `failurePolicy` instead of hearing a verdict from a
+//! partial view.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -24,8 +30,9 @@ use kubeforge_runtime::webhook::{
 };
 use serde_json::json;
 
-use crate::engine::{AuditRecord, ClusterView, Engine};
-use crate::policy::{AdmissionPolicy, AuditEntry, PolicyCondition, compile};
+use crate::cache::PolicyCache;
+use crate::engine::{AuditRecord, ClusterView, Engine, inputs};
+use crate::policy::{AdmissionPolicy, AuditEntry};
 use crate::signature::SIGNATURES_LABEL;
 
 /// Name of both webhook configurations.
@@ -77,6 +84,10 @@ pub struct ServerOptions {
     pub fail_open: bool,
     /// Host the API server reaches the webhook on (default: the listen IP).
     pub url_host: Option<String>,
+    /// The only namespace signature ConfigMaps are read from (default: the
+    /// server's own `namespace`), so only who may write there can add
+    /// signatures, or slow reviews down with many of them.
+    pub signatures_namespace: Option<String>,
 }
 
 impl Default for ServerOptions {
@@ -88,6 +99,7 @@ impl Default for ServerOptions {
             register: false,
             fail_open: false,
             url_host: None,
+            signatures_namespace: None,
         }
     }
 }
@@ -115,6 +127,8 @@ struct ValidatedSpec {
     containers: Vec<ValidatedContainer>,
     #[serde(default)]
     init_containers: Option<Vec<ValidatedContainer>>,
+    #[serde(default)]
+    ephemeral_containers: Option<Vec<ValidatedContainer>>,
 }
 
 #[derive(Clone, Debug, Default, serde::Deserialize)]
@@ -150,6 +164,16 @@ impl ValidatedPod {
                 init_containers: s.init_containers.map(|c| {
                     c.into_iter()
                         .map(ValidatedContainer::into_container)
+                        .collect()
+                }),
+                ephemeral_containers: s.ephemeral_containers.map(|c| {
+                    c.into_iter()
+                        .map(|c| k8s_openapi::api::core::v1::EphemeralContainer {
+                            name: c.name,
+                            image: c.image,
+                            resources: c.resources,
+                            ..Default::default()
+                        })
                         .collect()
                 }),
                 ..Default::default()
@@ -233,6 +257,10 @@ impl PolicyHandler {
 impl ReviewHandler for PolicyHandler {
     fn review<'a>(&'a self, body: &'a [u8]) -> ReviewFuture<'a> {
         Box::pin(async move {
+            // Not a verdict: an error, so the API server applies failurePolicy.
+            if let Some(why) = self.engine.not_ready() {
+                return Err(why);
+            }
             if !self.mutating {
                 let req = parse_for_validation(body)?;
                 let v = self.engine.validate(&req).await;
@@ -273,7 +301,7 @@ pub fn webhook_configurations(
     let ns_selector = json!({"matchExpressions": [{
         "key": "kubernetes.io/metadata.name", "operator": "NotIn",
         "values": ["kube-system", namespace]}]});
-    let hook = |name: &str, path: &str, ops: &[&str]| {
+    let hook = |name: &str, path: &str, ops: &[&str], resources: &[&str]| {
         json!({
             "name": name,
             "admissionReviewVersions": ["v1"],
@@ -281,11 +309,11 @@ pub fn webhook_configurations(
             "failurePolicy": policy,
             "timeoutSeconds": 5,
             "clientConfig": {"url": format!("{base_url}{path}"), "caBundle": ca},
-            "rules": [{"operations": ops, "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}],
+            "rules": [{"operations": ops, "apiGroups": [""], "apiVersions": ["v1"], "resources": resources, "scope": "Namespaced"}],
             "namespaceSelector": ns_selector,
         })
     };
-    let mut m = hook(MUTATING_WEBHOOK, "/mutate", &["CREATE"]);
+    let mut m = hook(MUTATING_WEBHOOK, "/mutate", &["CREATE"], &["pods"]);
     m["reinvocationPolicy"] = json!("IfNeeded");
     let mutating = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -297,7 +325,13 @@ pub fn webhook_configurations(
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": CONFIGURATION_NAME},
-        "webhooks": [hook(VALIDATING_WEBHOOK, "/validate", &["CREATE", "UPDATE"])],
+        // Ephemeral containers (`kubectl debug`) arrive through their subresource.
+        "webhooks": [hook(
+            VALIDATING_WEBHOOK,
+            "/validate",
+            &["CREATE", "UPDATE"],
+            &["pods", "pods/ephemeralcontainers"],
+        )],
     });
     (mutating, validating)
 }
@@ -338,72 +372,53 @@ pub async fn register(
     Ok(())
 }
 
-fn ready_condition(generation: Option<i64>, result: &Result<(), String>) -> PolicyCondition {
-    match result {
-        Ok(()) => PolicyCondition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            reason: "Compiled".into(),
-            message: "the policy is in effect".into(),
-            observed_generation: generation,
-        },
-        Err(e) => PolicyCondition {
-            type_: "Ready".into(),
-            status: "False".into(),
-            reason: "InvalidPolicy".into(),
-            message: e.clone(),
-            observed_generation: generation,
-        },
-    }
-}
-
-/// Watch policies: recompile them all on every change and write each
-/// changed policy's Ready condition.
+/// Watch policies: feed every watch event to the [`PolicyCache`], hand
+/// what is in effect to the engine, mark the engine synced after the first
+/// complete list, and write each policy's `Ready` condition and
+/// `status.effective` when they change.
 async fn watch_policies(client: kube::Client, engine: Arc<Engine>) {
     let api: Api<AdmissionPolicy> = Api::all(client);
-    let (reader, writer) = reflector::store();
-    let mut stream = std::pin::pin!(
-        watcher(api.clone(), watcher::Config::default())
-            .default_backoff()
-            .reflect(writer)
-            .applied_objects()
-    );
+    let mut cache = PolicyCache::default();
+    let mut stream =
+        std::pin::pin!(watcher(api.clone(), watcher::Config::default()).default_backoff());
     while let Some(ev) = stream.next().await {
-        let changed = match ev {
-            Ok(p) => p,
+        let ev = match ev {
+            Ok(ev) => ev,
             Err(e) => {
                 tracing::warn!(error = %e, "watching AdmissionPolicies");
                 continue;
             }
         };
-        let mut compiled = Vec::new();
-        for p in reader.state() {
-            if let Ok(c) = compile(&p.name_any(), &p.spec) {
-                compiled.push(c);
-            }
+        let changed = cache.apply(ev);
+        if changed.policies && cache.synced() {
+            engine.set_compiled(cache.effective());
+            engine.synced(inputs::POLICIES);
         }
-        engine.set_policies(compiled);
-        let result = compile(&changed.name_any(), &changed.spec)
-            .map(|_| ())
-            .map_err(|e| e.to_string());
-        let cond = ready_condition(changed.metadata.generation, &result);
-        let current = changed
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
-        if current != Some(&cond) {
-            let patch = json!({"status": {"conditions": [cond]}});
-            if let Err(e) = api
-                .patch_status(
-                    &changed.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                tracing::warn!(policy = %changed.name_any(), error = %e, "writing the policy status");
-            }
+        for name in changed.statuses {
+            write_status(&api, &cache, &name).await;
         }
+    }
+}
+
+/// Write `name`'s Ready condition and effective version when they differ
+/// from what it reports.
+async fn write_status(api: &Api<AdmissionPolicy>, cache: &PolicyCache, name: &str) {
+    let (Some(policy), Some(wanted)) = (cache.policy(name), cache.wanted_status(name)) else {
+        return;
+    };
+    let status = policy.status.as_ref();
+    let current = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
+    let current_effective = status.and_then(|s| s.effective.as_ref());
+    if current == Some(&wanted.condition) && current_effective == wanted.effective.as_ref() {
+        return;
+    }
+    let patch =
+        json!({"status": {"conditions": [wanted.condition], "effective": wanted.effective}});
+    if let Err(e) = api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        tracing::warn!(policy = %name, error = %e, "writing the policy status");
     }
 }
 
@@ -450,6 +465,18 @@ async fn write_audits(
     }
 }
 
+/// Tell `engine` that `input` has synced once `store` has listed.
+fn mark_when_ready<K>(store: reflector::Store<K>, engine: Arc<Engine>, input: u8)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    tokio::spawn(async move {
+        if store.wait_until_ready().await.is_ok() {
+            engine.synced(input);
+        }
+    });
+}
+
 fn spawn_cache<K>(api: Api<K>, config: watcher::Config) -> reflector::Store<K>
 where
     K: kube::Resource<DynamicType = ()>
@@ -493,12 +520,16 @@ impl PolicyServer {
         if opts.register {
             install_crd(&client).await?;
         }
+        let signatures_ns = opts
+            .signatures_namespace
+            .clone()
+            .unwrap_or_else(|| opts.namespace.clone());
         let namespaces = spawn_cache(
             Api::<Namespace>::all(client.clone()),
             watcher::Config::default(),
         );
         let signatures = spawn_cache(
-            Api::<ConfigMap>::all(client.clone()),
+            Api::<ConfigMap>::namespaced(client.clone(), &signatures_ns),
             watcher::Config::default().labels(&format!("{SIGNATURES_LABEL}=true")),
         );
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -511,13 +542,17 @@ impl PolicyServer {
                     client: Some(client.clone()),
                 },
             )
-            .with_audit(tx),
+            .with_audit(tx)
+            .waiting_for(inputs::POLICIES | inputs::NAMESPACES | inputs::SIGNATURES),
         );
+        mark_when_ready(namespaces, engine.clone(), inputs::NAMESPACES);
+        mark_when_ready(signatures, engine.clone(), inputs::SIGNATURES);
         tokio::spawn(watch_policies(client.clone(), engine.clone()));
         tokio::spawn(write_audits(client.clone(), rx));
+        // Reviews are refused until everything has synced; give a fresh
+        // start a moment so it usually serves ready.
         let wait = std::time::Duration::from_secs(10);
-        let _ = tokio::time::timeout(wait, namespaces.wait_until_ready()).await;
-        let _ = tokio::time::timeout(wait, signatures.wait_until_ready()).await;
+        let _ = tokio::time::timeout(wait, engine.until_ready()).await;
         let host = opts
             .url_host
             .clone()
@@ -562,6 +597,12 @@ impl PolicyServer {
     /// The CA bundle (PEM) webhook configurations must trust.
     pub fn ca_bundle(&self) -> &str {
         self.server.ca_bundle()
+    }
+
+    /// Why the server refuses reviews yet (its caches have not all
+    /// synced), or `None` when it is ready: what a readiness probe reports.
+    pub fn not_ready(&self) -> Option<String> {
+        self.engine.not_ready()
     }
 
     /// The webhook metrics.

@@ -841,3 +841,114 @@ async fn try_handshake(addr: std::net::SocketAddr, ca: &str) -> bool {
         .await
         .is_ok()
 }
+
+/// kube's `ShouldCallHook`: a selector that does not parse fails the
+/// request with an internal error whatever `failurePolicy` says (when the
+/// rules match); relabelling a namespace cannot take it out of a
+/// `kubernetes.io/metadata.name` selector.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_selectors_fail_and_relabelled_namespaces_stay_selected() {
+    let (_server, client) = cluster().await;
+    let rec = Arc::new(Recorder::default());
+    let hooks = start(
+        WebhookServer::builder().handler("/record", rec.clone()),
+        default_hosts(),
+    )
+    .await;
+    let bogus = json!({"matchExpressions": [{"key": "a", "operator": "Sometimes"}]});
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::default_namespaced(client.clone());
+    let secret = |name: &str| -> k8s_openapi::api::core::v1::Secret {
+        serde_json::from_value(json!({"metadata": {"name": name}})).expect("secret")
+    };
+    for field in ["namespaceSelector", "objectSelector"] {
+        // Only for secrets: other requests never evaluate it.
+        let secrets_only = hook(
+            "broken.example.com",
+            &hooks.url("/record"),
+            &hooks.ca,
+            &["secrets"],
+            json!({field: bogus, "failurePolicy": "Ignore"}),
+        );
+        apply_config(
+            &client,
+            config(
+                "ValidatingWebhookConfiguration",
+                "broken",
+                vec![secrets_only],
+            ),
+        )
+        .await;
+        cms.create(
+            &PostParams::default(),
+            &cm(&format!("ok-{}", field.to_lowercase()), &[]),
+        )
+        .await
+        .expect("rules that do not match skip the selector");
+        let (code, msg) = status_of(
+            secrets
+                .create(
+                    &PostParams::default(),
+                    &secret(&format!("s-{}", field.to_lowercase())),
+                )
+                .await
+                .expect_err("an invalid selector fails the request, failurePolicy Ignore or not"),
+        );
+        assert_eq!(code, 500, "{msg}");
+        assert!(
+            msg.starts_with(&format!("Internal error occurred: {field}: ")),
+            "{msg}"
+        );
+    }
+    assert!(rec.take().is_empty(), "the broken webhook was never called");
+    Api::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>::all(
+        client.clone(),
+    )
+    .delete("broken", &DeleteParams::default())
+    .await
+    .expect("delete");
+
+    // Selected unless the namespace is kube-system, as the policy server registers.
+    let guarded = hook(
+        "guard.example.com",
+        &hooks.url("/record"),
+        &hooks.ca,
+        &["configmaps"],
+        json!({"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}}),
+    );
+    apply_config(
+        &client,
+        config("ValidatingWebhookConfiguration", "guard", vec![guarded]),
+    )
+    .await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team"}})).expect("ns"),
+        )
+        .await
+        .expect("namespace");
+    namespaces
+        .patch(
+            "team",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"kubernetes.io/metadata.name": "kube-system"}}}),
+            ),
+        )
+        .await
+        .expect("relabel");
+    rec.take();
+    Api::<ConfigMap>::namespaced(client.clone(), "team")
+        .create(&PostParams::default(), &cm("watched", &[]))
+        .await
+        .expect("create");
+    let seen: Vec<Option<String>> = rec.take().iter().map(|r| r.namespace.clone()).collect();
+    assert_eq!(
+        seen,
+        vec![Some("team".to_string())],
+        "the webhook still sees team"
+    );
+    hooks.stop().await;
+}

@@ -34,34 +34,6 @@ fn pod(name: &str, image: &str, limits: bool, labels: serde_json::Value) -> Pod 
     .expect("pod")
 }
 
-/// Apply a policy and wait until the server reports it (Ready with this generation).
-async fn apply_policy(
-    client: &kube::Client,
-    name: &str,
-    spec: serde_json::Value,
-) -> (String, String) {
-    let api: Api<AdmissionPolicy> = Api::all(client.clone());
-    let p = json!({"apiVersion": "policy.kubeforge.dev/v1alpha1", "kind": "AdmissionPolicy", "metadata": {"name": name}, "spec": spec});
-    let applied = api
-        .patch(name, &PatchParams::apply("test").force(), &Patch::Apply(&p))
-        .await
-        .expect("apply policy");
-    let generation = applied.metadata.generation;
-    for _ in 0..200 {
-        let cur = api.get(name).await.expect("get policy");
-        if let Some(c) = cur
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
-            && c.observed_generation == generation
-        {
-            return (c.status.clone(), c.message.clone());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("policy {name} never reported Ready for generation {generation:?}");
-}
-
 async fn refused(api: &Api<Pod>, p: &Pod) -> String {
     let (code, msg) = status_of(
         api.create(&PostParams::default(), p)
@@ -89,6 +61,9 @@ async fn policies_end_to_end() {
     let server = PolicyServer::start(client.clone(), &opts)
         .await
         .expect("policy server");
+    tokio::time::timeout(Duration::from_secs(120), server.engine.until_ready())
+        .await
+        .expect("the policy server syncs");
     let metrics = server.metrics();
     tokio::spawn(server.run(std::future::pending()));
 
@@ -158,6 +133,46 @@ async fn policies_end_to_end() {
     assert!(
         msg.contains("not in the allowed registries (docker.io, registry.k8s.io)"),
         "{msg}"
+    );
+    // Registries by distribution's rules: an uppercase first component is a host.
+    let msg = refused(&prod, &pod("mirror", "Mirror/nginx:1.27", true, json!({}))).await;
+    assert!(
+        msg.contains("uses image \"Mirror/nginx:1.27\" from registry \"Mirror\""),
+        "{msg}"
+    );
+    // Ephemeral containers (`kubectl debug`) are reviewed by the image rules
+    // through their subresource; resources are not required of them.
+    let debug = |image: &str| json!({"spec": {"ephemeralContainers": [{"name": "debugger", "image": image}]}});
+    let (code, msg) = status_of(
+        prod.patch_ephemeral_containers(
+            "limited",
+            &PatchParams::default(),
+            &Patch::Strategic(debug("quay.io/debug/tools:1")),
+        )
+        .await
+        .expect_err("refused"),
+    );
+    assert_eq!(code, 403, "{msg}");
+    assert!(
+        msg.contains(
+            "container \"debugger\" uses image \"quay.io/debug/tools:1\" from registry \"quay.io\""
+        ),
+        "{msg}"
+    );
+    let debugged = prod
+        .patch_ephemeral_containers(
+            "limited",
+            &PatchParams::default(),
+            &Patch::Strategic(debug("busybox:1.36")),
+        )
+        .await
+        .expect("an allowed debug image is admitted");
+    assert_eq!(
+        debugged
+            .spec
+            .and_then(|s| s.ephemeral_containers)
+            .map(|l| l.len()),
+        Some(1)
     );
     let critical = prod
         .create(
@@ -231,7 +246,17 @@ async fn policies_end_to_end() {
     let resigned = format!("sha256:{}", "3c".repeat(32));
     let sigs: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "image-signatures", "labels": {"kubeforge.dev/image-signatures": "true"}},
         "data": {data_key(&signed): trusted.sign_digest(&signed).expect("sign"), data_key(&resigned): other.sign_digest(&resigned).expect("sign")}})).expect("cm");
+    // Signatures count only in the server's own namespace: the same
+    // ConfigMap in the pods' namespace is ignored.
+    namespace(&client, "kubeforge-system", json!({})).await;
+    let elsewhere = format!("sha256:{}", "4d".repeat(32));
+    let foreign: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "image-signatures", "labels": {"kubeforge.dev/image-signatures": "true"}},
+        "data": {data_key(&elsewhere): trusted.sign_digest(&elsewhere).expect("sign")}})).expect("cm");
     Api::<ConfigMap>::namespaced(client.clone(), "secure")
+        .create(&PostParams::default(), &foreign)
+        .await
+        .expect("signatures elsewhere");
+    Api::<ConfigMap>::namespaced(client.clone(), "kubeforge-system")
         .create(&PostParams::default(), &sigs)
         .await
         .expect("signatures");
@@ -302,6 +327,20 @@ async fn policies_end_to_end() {
     assert!(
         msg.contains("has no valid signature from the trusted keys (release)"),
         "{msg}"
+    );
+    let msg = refused(
+        &secure,
+        &pod(
+            "foreign",
+            &format!("docker.io/library/app@{elsewhere}"),
+            false,
+            json!({}),
+        ),
+    )
+    .await;
+    assert!(
+        msg.contains("has no signature from the trusted keys (release)"),
+        "a signature outside the server's namespace does not count: {msg}"
     );
     let msg = refused(
         &secure,

@@ -14,6 +14,7 @@ use crate::table::Column;
 const STATUS: u8 = 1;
 const SCALE: u8 = 2;
 const BINDING: u8 = 4;
+const EPHEMERAL_CONTAINERS: u8 = 16;
 
 struct Row {
     gv: &'static str,
@@ -126,7 +127,7 @@ static ROWS: &[Row] = &[
         &["po"],
         ALL,
         NS,
-        STATUS | BINDING,
+        STATUS | BINDING | EPHEMERAL_CONTAINERS,
         POD_FIELDS,
         Subdomain,
         false,
@@ -697,6 +698,7 @@ fn to_def(r: &Row) -> ResourceDef {
         status: r.subs & STATUS != 0,
         scale,
         binding: r.subs & BINDING != 0,
+        ephemeral_containers: r.subs & EPHEMERAL_CONTAINERS != 0,
         columns: (r.columns)(),
         field_selectors: r.fields.iter().map(|s| s.to_string()).collect(),
         field_absent: ABSENT_FIELDS

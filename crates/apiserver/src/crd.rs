@@ -522,6 +522,7 @@ fn rows_for(crd: &Value) -> Vec<(ResourceDef, Option<Arc<Value>>)> {
             status: v.pointer("/subresources/status").is_some(),
             scale,
             binding: false,
+            ephemeral_containers: false,
             columns,
             field_selectors,
             field_absent: &[],

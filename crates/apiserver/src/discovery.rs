@@ -119,6 +119,9 @@ pub fn resources(server: &ApiServer, group: &str, version: &str) -> ApiResult<Va
         if d.binding {
             list.push(json!({"name": format!("{}/binding", d.plural), "singularName": "", "namespaced": d.namespaced, "kind": "Binding", "verbs": ["create"]}));
         }
+        if d.ephemeral_containers {
+            list.push(json!({"name": format!("{}/ephemeralcontainers", d.plural), "singularName": "", "namespaced": d.namespaced, "kind": d.kind, "verbs": ["get", "patch", "update"]}));
+        }
     }
     let gv = if group.is_empty() {
         version.to_string()

@@ -750,6 +750,7 @@ fn subresource_name(sub: Sub) -> &'static str {
         Sub::Main => "",
         Sub::Status => "status",
         Sub::Finalize => "finalize",
+        Sub::EphemeralContainers => "ephemeralcontainers",
     }
 }
 

@@ -27,6 +27,7 @@ pub mod codec;
 mod convert;
 mod crd;
 mod discovery;
+mod ephemeral;
 pub mod error;
 mod fieldset;
 mod jsonpatch;

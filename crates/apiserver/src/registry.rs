@@ -97,6 +97,8 @@ pub struct ResourceDef {
     pub scale: Option<ScalePaths>,
     /// Has `pods/binding`.
     pub binding: bool,
+    /// Has `pods/ephemeralcontainers`.
+    pub ephemeral_containers: bool,
     /// Table columns (besides NAME and AGE, which every table has).
     pub columns: Vec<Column>,
     /// Field selectors supported besides metadata.name and metadata.namespace.

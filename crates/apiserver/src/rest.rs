@@ -102,6 +102,12 @@ pub async fn serve(
         (Some("binding"), true, &Method::POST) if ctx.def.binding => {
             crate::scale::bind(&mut ctx, &body).await
         }
+        (Some("ephemeralcontainers"), true, m) if ctx.def.ephemeral_containers => match *m {
+            Method::GET => get(&ctx),
+            Method::PUT => update(&mut ctx, &body, Sub::EphemeralContainers).await,
+            Method::PATCH => crate::patch::patch(&mut ctx, &body, Sub::EphemeralContainers).await,
+            _ => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
+        },
         (Some("finalize"), true, &Method::PUT) if ctx.def.strategy == Strategy::Namespace => {
             update(&mut ctx, &body, Sub::Finalize).await
         }
@@ -127,6 +133,9 @@ pub enum Sub {
     Status,
     /// `namespaces/{name}/finalize`: only spec.finalizers changes are kept.
     Finalize,
+    /// `pods/{name}/ephemeralcontainers`: only spec.ephemeralContainers
+    /// changes are kept ([`crate::ephemeral`]).
+    EphemeralContainers,
 }
 
 impl Sub {
@@ -136,6 +145,7 @@ impl Sub {
             Sub::Main => "",
             Sub::Status => "status",
             Sub::Finalize => "finalize",
+            Sub::EphemeralContainers => "ephemeralcontainers",
         }
     }
 }
@@ -817,6 +827,9 @@ pub(crate) async fn create_object(
     // --- end admission ---
     crate::strategy::prepare_create(ctx, &mut obj);
     validate(ctx, &mut obj, &name, None)?;
+    if ctx.def.ephemeral_containers {
+        crate::ephemeral::validate_create(ctx, &obj, &name)?;
+    }
     {
         let m = meta_mut(&mut obj);
         m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
@@ -965,6 +978,7 @@ pub(crate) async fn update_object(
             }
         }
         Sub::Status => status_update(obj, &old),
+        Sub::EphemeralContainers => crate::ephemeral::prepare(obj, &old),
         Sub::Finalize => {
             let mut o = old.clone();
             let fins = obj
@@ -1033,6 +1047,12 @@ pub(crate) async fn update_object(
         validate_status_write(ctx, &mut obj, name, &old)?;
     } else {
         validate(ctx, &mut obj, name, Some(&old))?;
+    }
+    if ctx.def.ephemeral_containers {
+        match sub {
+            Sub::EphemeralContainers => crate::ephemeral::validate_update(ctx, &obj, &old, name)?,
+            _ => crate::ephemeral::validate_main_update(ctx, &obj, &old, name)?,
+        }
     }
     if ctx.def.generation && object::spec_part(&obj) != object::spec_part(&old) {
         let g = old

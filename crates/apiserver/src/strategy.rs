@@ -13,14 +13,7 @@ use crate::rest::Ctx;
 pub fn prepare_create(ctx: &Ctx<'_>, obj: &mut Value) {
     match ctx.def.strategy {
         Strategy::Namespace => {
-            let name = obj
-                .pointer("/metadata/name")
-                .cloned()
-                .unwrap_or(Value::Null);
-            let labels = meta_mut(obj).entry("labels").or_insert_with(|| json!({}));
-            if let Some(l) = labels.as_object_mut() {
-                l.insert("kubernetes.io/metadata.name".into(), name);
-            }
+            set_namespace_name_label(obj);
             obj["spec"] = json!({"finalizers": ["kubernetes"]});
             obj["status"] = json!({"phase": "Active"});
         }
@@ -47,6 +40,24 @@ pub fn prepare_create(ctx: &Ctx<'_>, obj: &mut Value) {
                 drop_status(obj);
             }
         }
+    }
+}
+
+/// The label kube keeps equal to a namespace's name, on create and on
+/// every update (namespace strategy `Canonicalize`), so relabelling a
+/// namespace cannot make it look like another to namespace selectors.
+pub(crate) const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// Set [`NAMESPACE_NAME_LABEL`] to the namespace's name.
+pub(crate) fn set_namespace_name_label(obj: &mut Value) {
+    let name = obj
+        .pointer("/metadata/name")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let labels = meta_mut(obj).entry("labels").or_insert_with(|| json!({}));
+    // Labels that are not an object are left for validation to refuse.
+    if let Some(l) = labels.as_object_mut() {
+        l.insert(NAMESPACE_NAME_LABEL.into(), name);
     }
 }
 
@@ -83,6 +94,7 @@ pub fn prepare_update(ctx: &Ctx<'_>, obj: &mut Value, old: &Value) {
         }
         Strategy::Workload => default_workload(&ctx.def.kind, obj),
         Strategy::Namespace => {
+            set_namespace_name_label(obj);
             if let Some(phase) = old.pointer("/status/phase").cloned()
                 && obj.pointer("/status/phase").is_none()
             {
@@ -417,7 +429,7 @@ pub fn default_pod_spec(spec: &mut Value, is_pod: bool) {
         }
         default_toleration_seconds(m);
     }
-    for list in ["containers", "initContainers"] {
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
         if let Some(cs) = m.get_mut(list).and_then(Value::as_array_mut) {
             for c in cs {
                 default_container(c);

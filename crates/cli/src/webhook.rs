@@ -86,7 +86,13 @@ struct ServeArgs {
     /// Host the API server uses to reach this server (default: the listen IP).
     #[arg(long)]
     url_host: Option<String>,
-    /// Serve /metrics (controller_runtime_webhook_*) over plain HTTP here.
+    /// The only namespace image-signature ConfigMaps are read from
+    /// (default: --namespace).
+    #[arg(long)]
+    signatures_namespace: Option<String>,
+    /// Serve /metrics (controller_runtime_webhook_*) and /readyz (200 once
+    /// every cache has synced, else 503 naming what has not) over plain
+    /// HTTP here.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
 }
@@ -130,6 +136,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         register: a.register,
         fail_open: a.fail_open,
         url_host: a.url_host.clone(),
+        signatures_namespace: a.signatures_namespace.clone(),
     };
     let server = PolicyServer::start(client, &opts).await.with_context(|| {
         format!(
@@ -139,27 +146,44 @@ async fn serve(a: ServeArgs) -> Result<()> {
     })?;
     if let Some(addr) = a.metrics_addr {
         let metrics = server.metrics();
-        let app = axum::Router::new().route(
-            "/metrics",
-            axum::routing::get(move || {
-                let m = metrics.clone();
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        m.encode(),
-                    )
-                }
-            }),
-        );
+        let ready = server.engine.clone();
+        let app = axum::Router::new()
+            .route(
+                "/readyz",
+                axum::routing::get(move || {
+                    let why = ready.not_ready();
+                    async move {
+                        match why {
+                            None => (axum::http::StatusCode::OK, "ok".to_string()),
+                            Some(why) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, why),
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let m = metrics.clone();
+                    async move {
+                        (
+                            [(
+                                axum::http::header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            m.encode(),
+                        )
+                    }
+                }),
+            );
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("listening on {addr} for metrics"))?;
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
     println!("kubeforge webhook ready on https://{}", server.local_addr());
+    if let Some(why) = server.not_ready() {
+        println!("  {why}: reviews fail (and failurePolicy decides) until it has");
+    }
     println!(
         "  webhooks: /mutate, /validate (CA bundle in {})",
         a.cert_dir.join("ca.crt").display()

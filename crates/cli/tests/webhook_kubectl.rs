@@ -254,8 +254,9 @@ spec:
     apply(
         &cluster,
         &kubectl,
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: secure\n",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: secure\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: kubeforge-system\n",
     );
+    // Signatures are read from the server's own namespace only.
     cluster.ok(
         &kubectl,
         &[
@@ -263,7 +264,7 @@ spec:
             "configmap",
             "image-signatures",
             "-n",
-            "secure",
+            "kubeforge-system",
             &format!(
                 "--from-literal={}={}",
                 signed.replace(':', "-"),
@@ -283,7 +284,7 @@ spec:
             "configmap",
             "image-signatures",
             "-n",
-            "secure",
+            "kubeforge-system",
             "kubeforge.dev/image-signatures=true",
         ],
     );

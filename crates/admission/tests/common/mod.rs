@@ -188,3 +188,33 @@ pub fn status_of(e: kube::Error) -> (u16, String) {
         other => panic!("expected an API error, got {other}"),
     }
 }
+
+/// Apply a policy and wait until the server reports it (Ready with this generation).
+pub async fn apply_policy(
+    client: &kube::Client,
+    name: &str,
+    spec: serde_json::Value,
+) -> (String, String) {
+    use kube::api::{Api, Patch, PatchParams};
+    use kubeforge_admission::AdmissionPolicy;
+    let api: Api<AdmissionPolicy> = Api::all(client.clone());
+    let p = serde_json::json!({"apiVersion": "policy.kubeforge.dev/v1alpha1", "kind": "AdmissionPolicy", "metadata": {"name": name}, "spec": spec});
+    let applied = api
+        .patch(name, &PatchParams::apply("test").force(), &Patch::Apply(&p))
+        .await
+        .expect("apply policy");
+    let generation = applied.metadata.generation;
+    for _ in 0..200 {
+        let cur = api.get(name).await.expect("get policy");
+        if let Some(c) = cur
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+            && c.observed_generation == generation
+        {
+            return (c.status.clone(), c.message.clone());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("policy {name} never reported Ready for generation {generation:?}");
+}

@@ -82,8 +82,11 @@ pub(crate) struct Webhook {
     pub fail_closed: bool,
     /// `matchPolicy: Equivalent` (the default).
     pub equivalent: bool,
-    pub namespace_selector: Selector,
-    pub object_selector: Selector,
+    /// `namespaceSelector`, or why it does not parse (matching it fails
+    /// the request, as kube's namespace matcher does).
+    pub namespace_selector: Result<Selector, String>,
+    /// `objectSelector`, or why it does not parse.
+    pub object_selector: Result<Selector, String>,
     pub side_effects: SideEffects,
     pub timeout: Duration,
     /// `reinvocationPolicy: IfNeeded`.
@@ -201,15 +204,12 @@ pub(crate) fn parse_webhook(w: &Value, mutating: bool) -> Webhook {
                 .to_string(),
         })
         .collect();
-    let selector = |field: &str, problems: &mut Vec<String>| match w.get(field) {
-        None | Some(Value::Null) => Selector::everything(),
-        Some(v) => Selector::from_label_selector(v).unwrap_or_else(|e| {
-            problems.push(format!("{field}: {e}"));
-            Selector::nothing()
-        }),
+    let selector = |field: &str| match w.get(field) {
+        None | Some(Value::Null) => Ok(Selector::everything()),
+        Some(v) => Selector::from_label_selector(v).map_err(|e| format!("{field}: {e}")),
     };
-    let namespace_selector = selector("namespaceSelector", &mut problems);
-    let object_selector = selector("objectSelector", &mut problems);
+    let namespace_selector = selector("namespaceSelector");
+    let object_selector = selector("objectSelector");
     let timeout = w
         .get("timeoutSeconds")
         .and_then(Value::as_u64)
@@ -379,7 +379,10 @@ mod tests {
             false,
         );
         let e = w.endpoint.expect_err("invalid");
-        assert!(e.contains("namespaceSelector"), "{e}");
+        assert!(e.contains("must use https"), "{e}");
+        let e = w.namespace_selector.expect_err("invalid selector");
+        assert!(e.starts_with("namespaceSelector: "), "{e}");
+        assert!(w.object_selector.is_ok());
         assert_eq!(w.timeout, MAX_TIMEOUT);
         assert!(w.fail_closed);
     }

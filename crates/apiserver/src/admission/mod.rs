@@ -12,7 +12,11 @@
 //! Matching follows the configuration's `rules` (operations, apiGroups,
 //! apiVersions, resources with `*`, `*/*` and subresources, scope),
 //! `namespaceSelector` (namespaces carry `kubernetes.io/metadata.name`),
-//! `objectSelector` (old or new object) and `matchPolicy`. A call that
+//! `objectSelector` (old or new object) and `matchPolicy`. A selector that
+//! does not parse, or a namespace that cannot be read for a
+//! `namespaceSelector`, fails the request (500, or the namespace's 404) for
+//! any webhook whose rules match, whatever its `failurePolicy` — kube's
+//! `ShouldCallHook`. A call that
 //! cannot be made or answers nonsense honours `failurePolicy`: `Fail` fails
 //! the request with `Internal error occurred: failed calling webhook "x":
 //! …`, `Ignore` goes on. A denial reads `admission webhook "x" denied the
@@ -148,27 +152,52 @@ fn exempt(ctx: &Ctx<'_>, r: &Request<'_>) -> bool {
     list.iter().any(|e| e == ns)
 }
 
-/// Labels of the request's namespace (or of the namespace being written).
-fn namespace_labels(ctx: &Ctx<'_>, obj: Option<&Value>, old: Option<&Value>) -> Value {
+/// Labels of the request's namespace (or of the namespace being written),
+/// as kube's namespace matcher reads them: a namespace being created or
+/// updated from the object itself (its `kubernetes.io/metadata.name`
+/// label is the name, as kube's decoding defaults it), any other request
+/// from the stored namespace, which must exist.
+fn namespace_labels(ctx: &Ctx<'_>, obj: Option<&Value>, old: Option<&Value>) -> ApiResult<Value> {
     if ctx.def.group.is_empty() && ctx.def.plural == "namespaces" {
-        return obj
-            .or(old)
-            .and_then(|o| o.pointer("/metadata/labels"))
+        let Some(o) = obj.or(old) else {
+            return Ok(Value::Null);
+        };
+        let mut labels = o
+            .pointer("/metadata/labels")
             .cloned()
             .unwrap_or(Value::Null);
+        if labels.is_null() {
+            labels = json!({});
+        }
+        if let (Some(l), Some(name)) = (labels.as_object_mut(), o.pointer("/metadata/name")) {
+            l.insert(crate::strategy::NAMESPACE_NAME_LABEL.into(), name.clone());
+        }
+        return Ok(labels);
     }
     let Some(ns) = ctx.ns.as_deref() else {
-        return Value::Null;
+        return Ok(Value::Null);
     };
-    ctx.server
+    let gr = crate::error::GroupResource {
+        group: "",
+        resource: "namespaces",
+    };
+    let kv = ctx
+        .server
         .store()
         .get(&format!("/registry/core/namespaces/{ns}"))
-        .and_then(|kv| serde_json::from_slice::<Value>(&kv.value).ok())
-        .and_then(|v| v.pointer("/metadata/labels").cloned())
-        .unwrap_or(Value::Null)
+        .ok_or_else(|| ApiError::not_found(gr, ns))?;
+    let v: Value = serde_json::from_slice(&kv.value)
+        .map_err(|e| ApiError::internal(format!("reading namespace {ns:?}: {e}")))?;
+    Ok(v.pointer("/metadata/labels")
+        .cloned()
+        .unwrap_or(Value::Null))
 }
 
-/// Whether `wh` applies to this request.
+/// Whether `wh` applies to this request; an error when a selector that
+/// must be evaluated cannot be (an unparsable selector, an unreadable
+/// namespace). As in kube's `ShouldCallHook`, the error fails the request
+/// whatever `failurePolicy` says, and only when the rules match and no
+/// selector already excluded the request.
 fn applies(
     ctx: &Ctx<'_>,
     wh: &Webhook,
@@ -176,31 +205,43 @@ fn applies(
     obj: Option<&Value>,
     old: Option<&Value>,
     ns_labels: &mut Option<Value>,
-) -> bool {
+) -> ApiResult<bool> {
     if !wh.matches_rules(ri) {
-        return false;
+        return Ok(false);
     }
     // Cluster-scoped objects other than namespaces ignore namespaceSelector.
     let ns_scoped =
         ctx.def.namespaced || (ctx.def.group.is_empty() && ctx.def.plural == "namespaces");
-    if ns_scoped && !wh.namespace_selector.is_everything() {
-        let labels = ns_labels.get_or_insert_with(|| namespace_labels(ctx, obj, old));
-        if !wh
-            .namespace_selector
-            .matches(&labels.as_object().map(|_| &*labels))
-        {
-            return false;
+    let ns_match = match &wh.namespace_selector {
+        _ if !ns_scoped => Ok(true),
+        Err(e) => Err(ApiError::internal(e.clone())),
+        Ok(sel) if sel.is_everything() => Ok(true),
+        Ok(sel) => {
+            if ns_labels.is_none() {
+                *ns_labels = Some(namespace_labels(ctx, obj, old)?);
+            }
+            let labels = ns_labels.as_ref().filter(|l| l.is_object());
+            Ok(sel.matches(&labels))
         }
+    };
+    if matches!(ns_match, Ok(false)) {
+        return Ok(false);
     }
-    if !wh.object_selector.is_everything() {
-        let m = |o: Option<&Value>| {
-            o.is_some_and(|o| wh.object_selector.matches(&o.pointer("/metadata/labels")))
-        };
-        if !m(obj) && !m(old) {
-            return false;
+    let obj_match = match &wh.object_selector {
+        Err(e) => Err(ApiError::internal(e.clone())),
+        Ok(sel) if sel.is_everything() => Ok(true),
+        Ok(sel) => {
+            let m =
+                |o: Option<&Value>| o.is_some_and(|o| sel.matches(&o.pointer("/metadata/labels")));
+            Ok(m(obj) || m(old))
         }
+    };
+    if matches!(obj_match, Ok(false)) {
+        return Ok(false);
     }
-    true
+    ns_match?;
+    obj_match?;
+    Ok(true)
 }
 
 /// The AdmissionReview sent for this request.
@@ -454,7 +495,7 @@ pub(crate) async fn mutate(
     loop {
         for &i in &order {
             let wh = &snap.webhooks[i];
-            if !applies(ctx, wh, &ri, Some(obj), r.old, &mut ns_labels) {
+            if !applies(ctx, wh, &ri, Some(obj), r.old, &mut ns_labels)? {
                 continue;
             }
             if r.dry_run && wh.side_effects == SideEffects::Unsafe {
@@ -543,7 +584,7 @@ pub(crate) async fn validate(
     let mut ns_labels = None;
     let mut matched = Vec::new();
     for wh in &snap.webhooks {
-        if applies(ctx, wh, &ri, obj, r.old, &mut ns_labels) {
+        if applies(ctx, wh, &ri, obj, r.old, &mut ns_labels)? {
             if r.dry_run && wh.side_effects == SideEffects::Unsafe {
                 return Err(dry_run_unsupported(&wh.name));
             }
