@@ -723,7 +723,7 @@ enum Scope {
 impl Scope {
     fn of(ctx: &Ctx<'_>, sub: Sub) -> Scope {
         match sub {
-            Sub::Status => Scope::OnlyStatus,
+            Sub::Status | Sub::Approval => Scope::OnlyStatus,
             Sub::Main if ctx.def.status => Scope::NoStatus,
             _ => Scope::All,
         }
@@ -750,6 +750,7 @@ fn subresource_name(sub: Sub) -> &'static str {
         Sub::Main => "",
         Sub::Status => "status",
         Sub::Finalize => "finalize",
+        Sub::Approval => "approval",
     }
 }
 

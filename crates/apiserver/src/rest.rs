@@ -76,37 +76,47 @@ pub async fn serve(
     if !ctx.def.namespaced && p.namespace.is_some() {
         return Err(ApiError::no_route());
     }
-    let resp = match (p.subresource.as_deref(), p.name.is_some(), &method) {
-        (None, false, &Method::GET) => {
-            if ctx.query.flag("watch") {
-                crate::watch::watch(&ctx).await
-            } else {
-                list(&ctx).await
+    let resp = if crate::componentstatus::serves(&ctx.def) {
+        crate::componentstatus::serve(&mut ctx, &method, p.subresource.as_deref())
+    } else {
+        match (p.subresource.as_deref(), p.name.is_some(), &method) {
+            (None, false, &Method::GET) => {
+                if ctx.query.flag("watch") {
+                    crate::watch::watch(&ctx).await
+                } else {
+                    list(&ctx).await
+                }
             }
+            (None, false, &Method::POST) => create(&mut ctx, &body).await,
+            (None, false, &Method::DELETE) => delete_collection(&mut ctx, &body).await,
+            (None, true, &Method::GET) => get(&ctx),
+            (None, true, &Method::PUT) => update(&mut ctx, &body, Sub::Main).await,
+            (None, true, &Method::PATCH) => crate::patch::patch(&mut ctx, &body, Sub::Main).await,
+            (None, true, &Method::DELETE) => delete(&mut ctx, &body).await,
+            (Some("status"), true, m) if ctx.def.status => match *m {
+                Method::GET => get(&ctx),
+                Method::PUT => update(&mut ctx, &body, Sub::Status).await,
+                Method::PATCH => crate::patch::patch(&mut ctx, &body, Sub::Status).await,
+                _ => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
+            },
+            (Some("scale"), true, m) if ctx.def.scale.is_some() => {
+                crate::scale::serve(&mut ctx, m, &body).await
+            }
+            (Some("binding"), true, &Method::POST) if ctx.def.binding => {
+                crate::scale::bind(&mut ctx, &body).await
+            }
+            (Some("finalize"), true, &Method::PUT) if ctx.def.strategy == Strategy::Namespace => {
+                update(&mut ctx, &body, Sub::Finalize).await
+            }
+            (Some("approval"), true, m) if crate::csr::is_csr(&ctx.def) => match *m {
+                Method::GET => get(&ctx),
+                Method::PUT => update(&mut ctx, &body, Sub::Approval).await,
+                Method::PATCH => crate::patch::patch(&mut ctx, &body, Sub::Approval).await,
+                _ => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
+            },
+            (Some(_), _, _) => Err(ApiError::no_route()),
+            (None, _, m) => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
         }
-        (None, false, &Method::POST) => create(&mut ctx, &body).await,
-        (None, false, &Method::DELETE) => delete_collection(&mut ctx, &body).await,
-        (None, true, &Method::GET) => get(&ctx),
-        (None, true, &Method::PUT) => update(&mut ctx, &body, Sub::Main).await,
-        (None, true, &Method::PATCH) => crate::patch::patch(&mut ctx, &body, Sub::Main).await,
-        (None, true, &Method::DELETE) => delete(&mut ctx, &body).await,
-        (Some("status"), true, m) if ctx.def.status => match *m {
-            Method::GET => get(&ctx),
-            Method::PUT => update(&mut ctx, &body, Sub::Status).await,
-            Method::PATCH => crate::patch::patch(&mut ctx, &body, Sub::Status).await,
-            _ => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
-        },
-        (Some("scale"), true, m) if ctx.def.scale.is_some() => {
-            crate::scale::serve(&mut ctx, m, &body).await
-        }
-        (Some("binding"), true, &Method::POST) if ctx.def.binding => {
-            crate::scale::bind(&mut ctx, &body).await
-        }
-        (Some("finalize"), true, &Method::PUT) if ctx.def.strategy == Strategy::Namespace => {
-            update(&mut ctx, &body, Sub::Finalize).await
-        }
-        (Some(_), _, _) => Err(ApiError::no_route()),
-        (None, _, m) => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
     };
     resp.map(|mut r| {
         for w in &ctx.warnings {
@@ -127,6 +137,9 @@ pub enum Sub {
     Status,
     /// `namespaces/{name}/finalize`: only spec.finalizers changes are kept.
     Finalize,
+    /// `certificatesigningrequests/{name}/approval`: only the conditions
+    /// change ([`crate::csr`]).
+    Approval,
 }
 
 impl Sub {
@@ -136,6 +149,7 @@ impl Sub {
             Sub::Main => "",
             Sub::Status => "status",
             Sub::Finalize => "finalize",
+            Sub::Approval => "approval",
         }
     }
 }
@@ -810,6 +824,7 @@ pub(crate) async fn create_object(
     ctx.warnings.extend(warnings);
     // --- end admission ---
     crate::strategy::prepare_create(ctx, &mut obj);
+    crate::csr::prepare_create(ctx, &mut obj, &name)?;
     validate(ctx, &mut obj, &name, None)?;
     {
         let m = meta_mut(&mut obj);
@@ -968,6 +983,7 @@ pub(crate) async fn update_object(
             object::set_path(&mut o, "spec.finalizers", fins);
             o
         }
+        Sub::Approval => crate::csr::approval_object(obj, &old),
     };
     // --- admission (crate::admission): mutating webhooks ---
     let admission = crate::admission::Request {
@@ -1023,7 +1039,9 @@ pub(crate) async fn update_object(
         }
     }
     crate::strategy::prepare_update(ctx, &mut obj, &old);
-    if sub == Sub::Status && ctx.def.custom.is_none() {
+    crate::csr::prepare_update(ctx, sub, &mut obj, &old, name)?;
+    // A CSR's schema requires `spec`, and its status rules read it.
+    if sub == Sub::Status && ctx.def.custom.is_none() && !crate::csr::is_csr(&ctx.def) {
         validate_status_write(ctx, &mut obj, name, &old)?;
     } else {
         validate(ctx, &mut obj, name, Some(&old))?;
