@@ -219,7 +219,10 @@ mod tests {
 
     fn accept(v: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(header::ACCEPT, HeaderValue::from_str(v).expect("header value"));
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_str(v).expect("header value"),
+        );
         h
     }
 
