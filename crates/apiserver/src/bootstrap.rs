@@ -143,15 +143,21 @@ fn ctx<'a>(
     })
 }
 
+impl ApiServer {
+    /// The `host:port` the server says it is reached at (`/api`'s
+    /// `serverAddressByClientCIDRs`, the `kubernetes` endpoints).
+    pub(crate) fn advertised(&self) -> String {
+        self.inner
+            .advertise
+            .read()
+            .map(|a| a.clone())
+            .unwrap_or_default()
+    }
+}
+
 /// The address and port the server is reached at.
 fn endpoint(server: &ApiServer) -> (String, u16) {
-    let advertised = server
-        .inner
-        .advertise
-        .read()
-        .map(|a| a.clone())
-        .unwrap_or_default();
-    match advertised.parse::<std::net::SocketAddr>() {
+    match server.advertised().parse::<std::net::SocketAddr>() {
         Ok(addr) if addr.ip().is_unspecified() => ("127.0.0.1".into(), addr.port()),
         Ok(addr) => (addr.ip().to_string(), addr.port()),
         Err(_) => ("127.0.0.1".into(), 6443),

@@ -50,12 +50,7 @@ impl OpenApiCache {
 
 /// `/api`.
 pub fn core_versions(server: &ApiServer) -> Value {
-    let addr = server
-        .inner
-        .advertise
-        .read()
-        .map(|a| a.clone())
-        .unwrap_or_default();
+    let addr = server.advertised();
     json!({
         "kind": "APIVersions",
         "versions": ["v1"],

@@ -90,18 +90,16 @@ fn kubectl_names(d: &Discovery) -> BTreeSet<String> {
     out
 }
 
+fn apply_crontab_crd(c: &Cluster, kubectl: &std::path::Path) {
+    let crd = fixture("crontab-crd.yaml");
+    c.ok(kubectl, &["apply", "-f", &crd.to_string_lossy()]);
+}
+
 #[test]
 fn aggregated_discovery_lists_what_legacy_discovery_lists() {
     let c = Cluster::start(&[]);
     let kubectl = common::default_kubectl();
-    c.ok(
-        &kubectl,
-        &[
-            "apply",
-            "-f",
-            &fixture("crontab-crd.yaml").to_string_lossy(),
-        ],
-    );
+    apply_crontab_crd(&c, &kubectl);
     c.ok(
         &kubectl,
         &[
@@ -409,14 +407,7 @@ fn apiservices_follow_the_served_group_versions() {
         );
     }
     assert!(!table.contains("stable.example.com"), "{table}");
-    c.ok(
-        &kubectl,
-        &[
-            "apply",
-            "-f",
-            &fixture("crontab-crd.yaml").to_string_lossy(),
-        ],
-    );
+    apply_crontab_crd(&c, &kubectl);
     runtime().block_on(async {
         let api: Api<DynamicObject> = Api::all_with(
             client(&c),
