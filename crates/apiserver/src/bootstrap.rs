@@ -12,6 +12,7 @@
 //!   CRD versions come and go — the aggregator's autoregister and
 //!   crdregistration controllers.
 //!
+//! Namespace `default` is recreated when missing, as kube's controller does.
 //! Everything is reconciled at start (before [`crate::ApiServer::new`]
 //! returns), whenever the registry changes or the listen address is set,
 //! and every [`RESYNC`] (so a deleted or edited object comes back, as kube's
@@ -107,11 +108,17 @@ async fn run(
             return;
         };
         let server = ApiServer { inner };
-        if let Err(e) = reconcile(&server).await {
-            if e.code == 503 {
-                return;
+        match reconcile(&server).await {
+            Ok(()) => {}
+            // The store is closing.
+            Err(e) if e.code == 503 => return,
+            // `default` is being deleted: kube waits for it too.
+            Err(e) if e.code == 403 => {
+                tracing::debug!(error = %e, "the kubernetes service waits for namespace default");
             }
-            tracing::warn!(error = %e, "reconciling the kubernetes service and APIServices");
+            Err(e) => {
+                tracing::warn!(error = %e, "reconciling the kubernetes service and APIServices");
+            }
         }
     }
 }
@@ -165,6 +172,8 @@ fn endpoint(server: &ApiServer) -> (String, u16) {
 }
 
 async fn reconcile_kubernetes_service(server: &ApiServer) -> ApiResult<()> {
+    // kube's bootstrap controller recreates `default` as well.
+    rest::ensure_namespace(server, "default").await?;
     let (ip, port) = endpoint(server);
     let port_spec = json!({"name": "https", "port": 443, "protocol": "TCP", "targetPort": port});
     ensure(

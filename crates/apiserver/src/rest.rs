@@ -76,47 +76,47 @@ pub async fn serve(
     if !ctx.def.namespaced && p.namespace.is_some() {
         return Err(ApiError::no_route());
     }
-    let resp = if crate::componentstatus::serves(&ctx.def) {
-        crate::componentstatus::serve(&mut ctx, &method, p.subresource.as_deref())
-    } else {
-        match (p.subresource.as_deref(), p.name.is_some(), &method) {
-            (None, false, &Method::GET) => {
-                if ctx.query.flag("watch") {
-                    crate::watch::watch(&ctx).await
-                } else {
-                    list(&ctx).await
-                }
-            }
-            (None, false, &Method::POST) => create(&mut ctx, &body).await,
-            (None, false, &Method::DELETE) => delete_collection(&mut ctx, &body).await,
-            (None, true, &Method::GET) => get(&ctx),
-            (None, true, &Method::PUT) => update(&mut ctx, &body, Sub::Main).await,
-            (None, true, &Method::PATCH) => crate::patch::patch(&mut ctx, &body, Sub::Main).await,
-            (None, true, &Method::DELETE) => delete(&mut ctx, &body).await,
-            (Some("status"), true, m) if ctx.def.status => match *m {
-                Method::GET => get(&ctx),
-                Method::PUT => update(&mut ctx, &body, Sub::Status).await,
-                Method::PATCH => crate::patch::patch(&mut ctx, &body, Sub::Status).await,
-                _ => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
-            },
-            (Some("scale"), true, m) if ctx.def.scale.is_some() => {
-                crate::scale::serve(&mut ctx, m, &body).await
-            }
-            (Some("binding"), true, &Method::POST) if ctx.def.binding => {
-                crate::scale::bind(&mut ctx, &body).await
-            }
-            (Some("finalize"), true, &Method::PUT) if ctx.def.strategy == Strategy::Namespace => {
-                update(&mut ctx, &body, Sub::Finalize).await
-            }
-            (Some("approval"), true, m) if crate::csr::is_csr(&ctx.def) => match *m {
-                Method::GET => get(&ctx),
-                Method::PUT => update(&mut ctx, &body, Sub::Approval).await,
-                Method::PATCH => crate::patch::patch(&mut ctx, &body, Sub::Approval).await,
-                _ => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
-            },
-            (Some(_), _, _) => Err(ApiError::no_route()),
-            (None, _, m) => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
+    let resp = match (p.subresource.as_deref(), p.name.is_some(), &method) {
+        // Served read-only and computed, not stored.
+        _ if crate::componentstatus::serves(&ctx.def) => {
+            crate::componentstatus::serve(&mut ctx, &method, p.subresource.as_deref())
         }
+        (None, false, &Method::GET) => {
+            if ctx.query.flag("watch") {
+                crate::watch::watch(&ctx).await
+            } else {
+                list(&ctx).await
+            }
+        }
+        (None, false, &Method::POST) => create(&mut ctx, &body).await,
+        (None, false, &Method::DELETE) => delete_collection(&mut ctx, &body).await,
+        (None, true, &Method::GET) => get(&ctx),
+        (None, true, &Method::PUT) => update(&mut ctx, &body, Sub::Main).await,
+        (None, true, &Method::PATCH) => crate::patch::patch(&mut ctx, &body, Sub::Main).await,
+        (None, true, &Method::DELETE) => delete(&mut ctx, &body).await,
+        (Some("status"), true, m) if ctx.def.status => match *m {
+            Method::GET => get(&ctx),
+            Method::PUT => update(&mut ctx, &body, Sub::Status).await,
+            Method::PATCH => crate::patch::patch(&mut ctx, &body, Sub::Status).await,
+            _ => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
+        },
+        (Some("scale"), true, m) if ctx.def.scale.is_some() => {
+            crate::scale::serve(&mut ctx, m, &body).await
+        }
+        (Some("binding"), true, &Method::POST) if ctx.def.binding => {
+            crate::scale::bind(&mut ctx, &body).await
+        }
+        (Some("finalize"), true, &Method::PUT) if ctx.def.strategy == Strategy::Namespace => {
+            update(&mut ctx, &body, Sub::Finalize).await
+        }
+        (Some("approval"), true, m) if crate::csr::is_csr(&ctx.def) => match *m {
+            Method::GET => get(&ctx),
+            Method::PUT => update(&mut ctx, &body, Sub::Approval).await,
+            Method::PATCH => crate::patch::patch(&mut ctx, &body, Sub::Approval).await,
+            _ => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
+        },
+        (Some(_), _, _) => Err(ApiError::no_route()),
+        (None, _, m) => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
     };
     resp.map(|mut r| {
         for w in &ctx.warnings {
