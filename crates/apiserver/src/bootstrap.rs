@@ -371,6 +371,11 @@ async fn reconcile_apiservices(server: &ApiServer) -> ApiResult<()> {
     let names: Vec<String> = want.iter().map(|(g, v, _)| apiservice_name(g, v)).collect();
     // Remove the automanaged ones whose group-version is no longer served.
     for kv in &existing {
+        // Only the ones no longer wanted are read.
+        let key_name = kv.key.rsplit('/').next().unwrap_or_default();
+        if names.iter().any(|n| n == key_name) {
+            continue;
+        }
         let Some(obj) = ctx.def.decode_stored(&kv.value) else {
             continue;
         };
