@@ -60,6 +60,31 @@ impl Cause {
         }
     }
 
+    /// A `FieldValueNotSupported` cause for a string value
+    /// (`Unsupported value: "x": supported values: "a", "b"`).
+    pub fn not_supported(field: &str, value: &str, supported: &[&str]) -> Cause {
+        let list: Vec<String> = supported.iter().map(|s| gofmt::quote(s)).collect();
+        Cause {
+            reason: "FieldValueNotSupported".into(),
+            message: format!(
+                "Unsupported value: {}: supported values: {}",
+                gofmt::quote(value),
+                list.join(", ")
+            ),
+            field: field.into(),
+        }
+    }
+
+    /// A `FieldValueDuplicate` cause for a string value
+    /// (`Duplicate value: "x"`).
+    pub fn duplicate(field: &str, value: &str) -> Cause {
+        Cause {
+            reason: "FieldValueDuplicate".into(),
+            message: format!("Duplicate value: {}", gofmt::quote(value)),
+            field: field.into(),
+        }
+    }
+
     /// A `FieldValueTooLong` cause (`Too long: must have at most N bytes`).
     pub fn too_long(field: &str, max_bytes: usize) -> Cause {
         Cause {

@@ -303,6 +303,48 @@ static ROWS: &[Row] = &[
         no_columns
     ),
     row!(
+        "v1",
+        "ComponentStatus",
+        "componentstatuses",
+        &["cs"],
+        NONE,
+        CLUSTER,
+        0,
+        NONE,
+        Subdomain,
+        false,
+        Plain,
+        componentstatus_columns
+    ),
+    row!(
+        "apiregistration.k8s.io/v1",
+        "APIService",
+        "apiservices",
+        NONE,
+        &["api-extensions"],
+        CLUSTER,
+        STATUS,
+        NONE,
+        Subdomain,
+        false,
+        Plain,
+        apiservice_columns
+    ),
+    row!(
+        "certificates.k8s.io/v1",
+        "CertificateSigningRequest",
+        "certificatesigningrequests",
+        &["csr"],
+        NONE,
+        CLUSTER,
+        STATUS,
+        &["spec.signerName"],
+        PathSegment,
+        false,
+        Plain,
+        csr_columns
+    ),
+    row!(
         "events.k8s.io/v1",
         "Event",
         "events",
@@ -671,7 +713,20 @@ pub fn group_rank(group: &str) -> usize {
 
 /// The built-in rows as registry definitions.
 pub fn rows() -> Vec<ResourceDef> {
-    ROWS.iter().map(to_def).collect()
+    ROWS.iter()
+        .map(to_def)
+        .map(|mut d| {
+            if let Some(verbs) = read_only_verbs(&d.group, &d.plural) {
+                d.verbs = verbs.iter().map(|s| s.to_string()).collect();
+            }
+            d
+        })
+        .collect()
+}
+
+/// Rows served read-only, with the verbs they serve.
+fn read_only_verbs(group: &str, plural: &str) -> Option<&'static [&'static str]> {
+    (group.is_empty() && plural == crate::componentstatus::PLURAL).then_some(&["get", "list"])
 }
 
 fn to_def(r: &Row) -> ResourceDef {
@@ -1453,5 +1508,72 @@ fn endpointslice_columns() -> Vec<Column> {
             })
         }),
         Column::age(),
+    ]
+}
+
+fn componentstatus_columns() -> Vec<Column> {
+    fn healthy(o: &Value) -> Option<&Value> {
+        arr(o, "/conditions")
+            .iter()
+            .find(|c| c.get("type").and_then(Value::as_str) == Some("Healthy"))
+    }
+    vec![
+        Column::func("Status", "string", 0, |o| {
+            json!(match healthy(o)
+                .and_then(|c| c.get("status"))
+                .and_then(Value::as_str)
+            {
+                Some("True") => "Healthy",
+                Some(_) => "Unhealthy",
+                None => "Unknown",
+            })
+        }),
+        Column::func("Message", "string", 0, |o| {
+            json!(healthy(o).map(|c| s(c, "/message")).unwrap_or_default())
+        }),
+        Column::func("Error", "string", 0, |o| {
+            json!(healthy(o).map(|c| s(c, "/error")).unwrap_or_default())
+        }),
+    ]
+}
+
+fn apiservice_columns() -> Vec<Column> {
+    vec![
+        Column::func("Service", "string", 0, |o| {
+            json!(match o.pointer("/spec/service") {
+                Some(svc) if !svc.is_null() => {
+                    format!("{}/{}", s(svc, "/namespace"), s(svc, "/name"))
+                }
+                _ => "Local".to_string(),
+            })
+        }),
+        Column::func("Available", "string", 0, |o| {
+            let cond = arr(o, "/status/conditions")
+                .iter()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some("Available"));
+            json!(match cond {
+                None => "Unknown".to_string(),
+                Some(c) if s(c, "/status") == "True" => "True".to_string(),
+                Some(c) => format!("{} ({})", s(c, "/status"), s(c, "/reason")),
+            })
+        }),
+        Column::age(),
+    ]
+}
+
+fn csr_columns() -> Vec<Column> {
+    vec![
+        Column::age(),
+        Column::text("SignerName", 0, "/spec/signerName"),
+        Column::text("Requestor", 0, "/spec/username"),
+        Column::func("RequestedDuration", "string", 0, |o| {
+            match o.pointer("/spec/expirationSeconds").and_then(Value::as_i64) {
+                Some(secs) => json!(crate::table::human_duration(secs)),
+                None => json!("<none>"),
+            }
+        }),
+        Column::func("Condition", "string", 0, |o| {
+            json!(crate::csr::condition_summary(o))
+        }),
     ]
 }

@@ -1,8 +1,10 @@
 //! Discovery (`/api`, `/apis`, `/api/v1`, `/apis/{group}/{version}`) and the
 //! OpenAPI documents, all generated from the registry.
 //!
-//! Legacy (non-aggregated) discovery only: client-go falls back to it when
-//! the response is plain `application/json`, and kube-rs uses it.
+//! This module serves the legacy documents and holds what both discovery
+//! forms list ([`subresources`]); the aggregated form
+//! (`apidiscovery.k8s.io/v2`, one document for `/api` and one for `/apis`)
+//! is [`crate::aggregated`], chosen by the request's Accept header.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,6 +16,7 @@ use serde_json::{Value, json};
 use crate::body::ApiBody;
 use crate::codec;
 use crate::error::{ApiError, ApiResult};
+use crate::registry::{ResourceDef, Strategy};
 use crate::server::ApiServer;
 
 /// Generated OpenAPI documents, rebuilt when the registry changes.
@@ -23,7 +26,12 @@ pub struct OpenApiCache {
 }
 
 impl OpenApiCache {
-    fn get_or(&self, key: &str, generation: u64, build: impl FnOnce() -> Bytes) -> Bytes {
+    pub(crate) fn get_or(
+        &self,
+        key: &str,
+        generation: u64,
+        build: impl FnOnce() -> Bytes,
+    ) -> Bytes {
         if let Some((_, b)) = self
             .docs
             .lock()
@@ -42,12 +50,7 @@ impl OpenApiCache {
 
 /// `/api`.
 pub fn core_versions(server: &ApiServer) -> Value {
-    let addr = server
-        .inner
-        .advertise
-        .read()
-        .map(|a| a.clone())
-        .unwrap_or_default();
+    let addr = server.advertised();
     json!({
         "kind": "APIVersions",
         "versions": ["v1"],
@@ -88,6 +91,63 @@ pub fn group(server: &ApiServer, name: &str) -> ApiResult<Value> {
     Ok(v)
 }
 
+/// A subresource as discovery lists it.
+pub(crate) struct Subresource {
+    /// The path segment (`status`, `scale`, …).
+    pub name: &'static str,
+    /// Group of the kind it answers with.
+    pub group: String,
+    /// Version of the kind it answers with.
+    pub version: String,
+    /// The kind it answers with.
+    pub kind: String,
+    /// Verbs it serves.
+    pub verbs: &'static [&'static str],
+}
+
+const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
+
+/// The subresources of a row that the server serves, by name (the order
+/// kube-apiserver lists them in).
+pub(crate) fn subresources(d: &ResourceDef) -> Vec<Subresource> {
+    let own = |name, verbs| Subresource {
+        name,
+        group: d.group.clone(),
+        version: d.version.clone(),
+        kind: d.kind.clone(),
+        verbs,
+    };
+    let mut out = Vec::new();
+    if crate::csr::is_csr(d) {
+        out.push(own("approval", GET_PATCH_UPDATE));
+    }
+    if d.binding {
+        out.push(Subresource {
+            name: "binding",
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Binding".into(),
+            verbs: &["create"],
+        });
+    }
+    if d.strategy == Strategy::Namespace {
+        out.push(own("finalize", &["update"]));
+    }
+    if d.scale.is_some() {
+        out.push(Subresource {
+            name: "scale",
+            group: "autoscaling".into(),
+            version: "v1".into(),
+            kind: "Scale".into(),
+            verbs: GET_PATCH_UPDATE,
+        });
+    }
+    if d.status {
+        out.push(own("status", GET_PATCH_UPDATE));
+    }
+    out
+}
+
 /// `/api/v1`, `/apis/{group}/{version}`.
 pub fn resources(server: &ApiServer, group: &str, version: &str) -> ApiResult<Value> {
     let defs = server.registry().group_version(group, version);
@@ -110,14 +170,20 @@ pub fn resources(server: &ApiServer, group: &str, version: &str) -> ApiResult<Va
             r["categories"] = json!(d.categories);
         }
         list.push(r);
-        if d.status {
-            list.push(json!({"name": format!("{}/status", d.plural), "singularName": "", "namespaced": d.namespaced, "kind": d.kind, "verbs": ["get", "patch", "update"]}));
-        }
-        if d.scale.is_some() {
-            list.push(json!({"name": format!("{}/scale", d.plural), "singularName": "", "namespaced": d.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
-        }
-        if d.binding {
-            list.push(json!({"name": format!("{}/binding", d.plural), "singularName": "", "namespaced": d.namespaced, "kind": "Binding", "verbs": ["create"]}));
+        for sub in subresources(d) {
+            let mut r = json!({
+                "name": format!("{}/{}", d.plural, sub.name),
+                "singularName": "",
+                "namespaced": d.namespaced,
+                "kind": sub.kind,
+                "verbs": sub.verbs,
+            });
+            if (sub.group.as_str(), sub.version.as_str()) != (d.group.as_str(), d.version.as_str())
+            {
+                r["group"] = json!(sub.group);
+                r["version"] = json!(sub.version);
+            }
+            list.push(r);
         }
         if d.ephemeral_containers {
             list.push(json!({"name": format!("{}/ephemeralcontainers", d.plural), "singularName": "", "namespaced": d.namespaced, "kind": d.kind, "verbs": ["get", "patch", "update"]}));

@@ -723,7 +723,7 @@ enum Scope {
 impl Scope {
     fn of(ctx: &Ctx<'_>, sub: Sub) -> Scope {
         match sub {
-            Sub::Status => Scope::OnlyStatus,
+            Sub::Status | Sub::Approval => Scope::OnlyStatus,
             Sub::Main if ctx.def.status => Scope::NoStatus,
             _ => Scope::All,
         }
@@ -751,6 +751,7 @@ fn subresource_name(sub: Sub) -> &'static str {
         Sub::Status => "status",
         Sub::Finalize => "finalize",
         Sub::EphemeralContainers => "ephemeralcontainers",
+        Sub::Approval => "approval",
     }
 }
 

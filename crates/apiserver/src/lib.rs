@@ -21,11 +21,15 @@
 //! ```
 
 mod admission;
+mod aggregated;
 pub mod body;
+mod bootstrap;
 mod builtin;
 pub mod codec;
+mod componentstatus;
 mod convert;
 mod crd;
+mod csr;
 mod discovery;
 mod ephemeral;
 pub mod error;

@@ -242,10 +242,22 @@ struct Rows {
 }
 
 /// All served resources; cheap to clone.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Registry {
     rows: Arc<RwLock<Rows>>,
     generation: Arc<std::sync::atomic::AtomicU64>,
+    /// Tells subscribers (the APIService reconciler) that rows changed.
+    changed: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Default for Registry {
+    fn default() -> Registry {
+        Registry {
+            rows: Arc::default(),
+            generation: Arc::default(),
+            changed: Arc::new(tokio::sync::watch::Sender::new(0)),
+        }
+    }
 }
 
 impl Registry {
@@ -291,8 +303,17 @@ impl Registry {
     }
 
     fn bump(&self) {
-        self.generation
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let g = self
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        self.changed.send_replace(g);
+    }
+
+    /// A receiver that sees every change of the rows (its value is the
+    /// generation); `changed()` ends with an error once the registry is gone.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// Changes whenever rows change (for caching generated documents).

@@ -77,6 +77,10 @@ pub async fn serve(
         return Err(ApiError::no_route());
     }
     let resp = match (p.subresource.as_deref(), p.name.is_some(), &method) {
+        // Served read-only and computed, not stored.
+        _ if crate::componentstatus::serves(&ctx.def) => {
+            crate::componentstatus::serve(&mut ctx, &method, p.subresource.as_deref())
+        }
         (None, false, &Method::GET) => {
             if ctx.query.flag("watch") {
                 crate::watch::watch(&ctx).await
@@ -111,6 +115,12 @@ pub async fn serve(
         (Some("finalize"), true, &Method::PUT) if ctx.def.strategy == Strategy::Namespace => {
             update(&mut ctx, &body, Sub::Finalize).await
         }
+        (Some("approval"), true, m) if crate::csr::is_csr(&ctx.def) => match *m {
+            Method::GET => get(&ctx),
+            Method::PUT => update(&mut ctx, &body, Sub::Approval).await,
+            Method::PATCH => crate::patch::patch(&mut ctx, &body, Sub::Approval).await,
+            _ => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
+        },
         (Some(_), _, _) => Err(ApiError::no_route()),
         (None, _, m) => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
     };
@@ -136,6 +146,9 @@ pub enum Sub {
     /// `pods/{name}/ephemeralcontainers`: only spec.ephemeralContainers
     /// changes are kept ([`crate::ephemeral`]).
     EphemeralContainers,
+    /// `certificatesigningrequests/{name}/approval`: only the conditions
+    /// change ([`crate::csr`]).
+    Approval,
 }
 
 impl Sub {
@@ -146,6 +159,7 @@ impl Sub {
             Sub::Status => "status",
             Sub::Finalize => "finalize",
             Sub::EphemeralContainers => "ephemeralcontainers",
+            Sub::Approval => "approval",
         }
     }
 }
@@ -826,6 +840,7 @@ pub(crate) async fn create_object(
     ctx.warnings.extend(warnings);
     // --- end admission ---
     crate::strategy::prepare_create(ctx, &mut obj);
+    crate::csr::prepare_create(ctx, &mut obj, &name)?;
     validate(ctx, &mut obj, &name, None)?;
     if ctx.def.ephemeral_containers {
         crate::ephemeral::validate_create(ctx, &obj, &name)?;
@@ -988,6 +1003,7 @@ pub(crate) async fn update_object(
             object::set_path(&mut o, "spec.finalizers", fins);
             o
         }
+        Sub::Approval => crate::csr::approval_object(obj, &old),
     };
     // --- admission (crate::admission): mutating webhooks ---
     let admission = crate::admission::Request {
@@ -1043,7 +1059,9 @@ pub(crate) async fn update_object(
         }
     }
     crate::strategy::prepare_update(ctx, &mut obj, &old);
-    if sub == Sub::Status && ctx.def.custom.is_none() {
+    crate::csr::prepare_update(ctx, sub, &mut obj, &old, name)?;
+    // A CSR's schema requires `spec`, and its status rules read it.
+    if sub == Sub::Status && ctx.def.custom.is_none() && !crate::csr::is_csr(&ctx.def) {
         validate_status_write(ctx, &mut obj, name, &old)?;
     } else {
         validate(ctx, &mut obj, name, Some(&old))?;

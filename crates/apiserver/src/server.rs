@@ -43,12 +43,17 @@ pub(crate) struct Inner {
     pub graceful_pods: std::sync::atomic::AtomicBool,
     /// The admission chain (webhook configurations, clients, service map).
     pub admission: crate::admission::Admission,
+    /// The `default/kubernetes` Service and APIService loop, and what
+    /// `componentstatuses` reports.
+    pub bootstrap: crate::bootstrap::State,
 }
 
 impl ApiServer {
     /// A server over `store`, restoring CRDs already in it and creating the
     /// default namespaces (`default`, `kube-system`, `kube-public`,
-    /// `kube-node-lease`) when missing.
+    /// `kube-node-lease`) when missing, and the objects every cluster has
+    /// (Service `default/kubernetes` with its endpoints, an APIService per
+    /// group-version), which a background task keeps in place.
     pub async fn new(store: Store) -> Result<ApiServer, ApiError> {
         let server = ApiServer {
             inner: Arc::new(Inner {
@@ -60,6 +65,7 @@ impl ApiServer {
                 namespace_controller: std::sync::atomic::AtomicBool::new(false),
                 graceful_pods: std::sync::atomic::AtomicBool::new(false),
                 admission: Default::default(),
+                bootstrap: Default::default(),
             }),
         };
         crate::crd::restore(&server)?;
@@ -67,6 +73,7 @@ impl ApiServer {
             crate::rest::ensure_namespace(&server, ns).await?;
         }
         crate::priority::ensure_system_classes(&server).await?;
+        crate::bootstrap::start(&server).await?;
         Ok(server)
     }
 
@@ -245,14 +252,8 @@ impl ApiServer {
                 );
                 Ok(r)
             }
-            Route::CoreVersions => Ok(codec::respond_value(
-                StatusCode::OK,
-                &crate::discovery::core_versions(self),
-            )),
-            Route::Groups => Ok(codec::respond_value(
-                StatusCode::OK,
-                &crate::discovery::groups(self),
-            )),
+            Route::CoreVersions => Ok(crate::aggregated::serve(self, &parts.headers, true)),
+            Route::Groups => Ok(crate::aggregated::serve(self, &parts.headers, false)),
             Route::Group(g) => {
                 crate::discovery::group(self, &g).map(|v| codec::respond_value(StatusCode::OK, &v))
             }
@@ -340,6 +341,7 @@ impl ApiServer {
         if let Ok(mut a) = self.inner.advertise.write() {
             *a = addr.to_string();
         }
+        crate::bootstrap::advertise_changed(self);
     }
 
     /// A tower service answering requests in-process (no socket), for

@@ -156,12 +156,12 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
     let scheduler = if args.no_scheduler {
         None
     } else {
-        Some(
-            SchedulerBuilder::new(server.builtin_client())
-                .config(scheduler_config)
-                .start()
-                .context("starting the scheduler")?,
-        )
+        let running = SchedulerBuilder::new(server.builtin_client())
+            .config(scheduler_config)
+            .start()
+            .context("starting the scheduler")?;
+        server.set_scheduler_running(true);
+        Some(running)
     };
     let simulator = if nodes.is_empty() {
         None

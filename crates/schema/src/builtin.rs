@@ -11,11 +11,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::{
-    admissionregistration, apps, autoscaling, batch, coordination, core, discovery, events,
-    networking, policy, rbac, scheduling, storage,
+    admissionregistration, apps, autoscaling, batch, certificates, coordination, core, discovery,
+    events, networking, policy, rbac, scheduling, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
 use k8s_openapi::apimachinery::pkg::apis::meta;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration;
 use schemars::{Schema, SchemaGenerator, generate::SchemaSettings};
 use serde_json::{Value, json};
 
@@ -61,6 +62,9 @@ static BUILTIN_KINDS: &[BuiltinKind] = kinds! {
     "", "v1", "PodTemplate" => core::v1::PodTemplate;
     "", "v1", "ReplicationController" => core::v1::ReplicationController;
     "", "v1", "Binding" => core::v1::Binding;
+    "", "v1", "ComponentStatus" => core::v1::ComponentStatus;
+    "apiregistration.k8s.io", "v1", "APIService" => apiregistration::v1::APIService;
+    "certificates.k8s.io", "v1", "CertificateSigningRequest" => certificates::v1::CertificateSigningRequest;
     "events.k8s.io", "v1", "Event" => events::v1::Event;
     "apps", "v1", "Deployment" => apps::v1::Deployment;
     "apps", "v1", "ReplicaSet" => apps::v1::ReplicaSet;

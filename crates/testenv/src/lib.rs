@@ -263,11 +263,11 @@ impl TestEnvBuilder {
             None
         };
         let scheduler = if self.scheduler {
-            Some(
-                kubeforge_scheduler::SchedulerBuilder::new(server.builtin_client())
-                    .start()
-                    .map_err(Error::Scheduler)?,
-            )
+            let running = kubeforge_scheduler::SchedulerBuilder::new(server.builtin_client())
+                .start()
+                .map_err(Error::Scheduler)?;
+            server.set_scheduler_running(true);
+            Some(running)
         } else {
             None
         };
