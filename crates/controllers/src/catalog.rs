@@ -12,7 +12,7 @@
 //! version, or — when that version does not serve it — at the first version
 //! (in the server's priority order) that does.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -202,14 +202,6 @@ impl Catalog {
     /// Group-versions whose discovery failed (`v1`, `apps/v1`) → why.
     pub fn failed(&self) -> &BTreeMap<String, String> {
         &self.failed
-    }
-
-    /// The groups with a failed group-version.
-    pub fn failed_groups(&self) -> HashSet<&str> {
-        self.failed
-            .keys()
-            .map(|gv| split_api_version(gv).0)
-            .collect()
     }
 
     /// client-go's `ErrGroupDiscoveryFailed` text for the failed
