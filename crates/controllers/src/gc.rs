@@ -3,10 +3,12 @@
 //! **Graph.** Every resource that discovery lists as listable, watchable and
 //! deletable (custom resources included; discovery runs again whenever a
 //! CustomResourceDefinition changes, and every 30 s) is watched with a
-//! metadata-only watch. One task folds the events into a graph: uid →
-//! node (identity, ownerReferences, dependents, deletion state). An owner
-//! that is referenced but not seen is a *virtual* node until a watch shows
-//! it or a GET proves it absent.
+//! metadata-only watch. One task folds the events into a graph
+//! (`gc_graph.rs`): uid → node (identity, ownerReferences,
+//! dependents, deletion state). An owner that is referenced but not seen is
+//! a *virtual* node until a watch shows it or a GET proves it absent. A
+//! group whose discovery fails keeps its monitors; a resource discovery no
+//! longer lists stops being watched, and nothing is inferred from that.
 //!
 //! **Decisions** (kube's `attemptToDeleteItem`), made by a pool of workers
 //! from a deduplicating queue with per-item backoff:
@@ -14,7 +16,11 @@
 //!   policy its own `orphan`/`foregroundDeletion` finalizer asks for); an
 //!   owner counts as gone only when its deletion was observed on a watch or
 //!   a GET by name found nothing (or another uid) — never because the cache
-//!   lacks it;
+//!   lacks it. As kube's `isDangling`: the GET goes to the resource the
+//!   reference's apiVersion and kind map to (an unserved apiVersion is
+//!   retried, never mapped to another version), in the dependent's
+//!   namespace when namespaced; a cluster-scoped dependent naming a
+//!   namespaced owner is left alone;
 //! - a dependent with another live owner stays, and the references to the
 //!   dead owners are removed from it (as kube does);
 //! - an owner with the `foregroundDeletion` finalizer has its dependents
