@@ -14,16 +14,14 @@ use std::time::Duration;
 
 use common::{
     configmap, configmap_with, crd, crontab_crd, custom, custom_object, events_about, eventually,
-    namespace, owner_ref, pod, start, uid,
+    namespace, owner_ref, pod, start, uid, with_unavailable_group,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kubeforge_apiserver::ApiServer;
-use kubeforge_testenv::{FaultHandle, Faults};
 use serde_json::json;
-use tower::Layer;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -400,6 +398,19 @@ fn owners_of(cm: &ConfigMap) -> Vec<String> {
         .collect()
 }
 
+/// Switch serving of the widgets CRD's only version on or off.
+async fn serve_widgets(c: &kube::Client, served: bool) {
+    let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
+    let patch = json!([{"op": "replace", "path": "/spec/versions/0/served", "value": served}]);
+    crds.patch(
+        "widgets.gc.example.com",
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(patch).expect("patch")),
+    )
+    .await
+    .expect("patch widgets CRD");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owner_dropped_from_discovery_keeps_its_dependents() {
     let env = start().await;
@@ -420,19 +431,7 @@ async fn owner_dropped_from_discovery_keeps_its_dependents() {
 
     // Stop serving widgets: the widget still exists, discovery just no
     // longer lists it.
-    let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
-    crds.patch(
-        "widgets.gc.example.com",
-        &PatchParams::default(),
-        &Patch::Json::<()>(
-            serde_json::from_value(
-                json!([{"op": "replace", "path": "/spec/versions/0/served", "value": false}]),
-            )
-            .expect("patch"),
-        ),
-    )
-    .await
-    .expect("unserve widgets");
+    serve_widgets(c, false).await;
     eventually("the widget monitor stops", WAIT, || async {
         env.controllers.gc().stats().monitors < monitors
     })
@@ -456,18 +455,7 @@ async fn owner_dropped_from_discovery_keeps_its_dependents() {
     );
 
     // Served again: the widget is seen, the dead owner's reference dropped.
-    crds.patch(
-        "widgets.gc.example.com",
-        &PatchParams::default(),
-        &Patch::Json::<()>(
-            serde_json::from_value(
-                json!([{"op": "replace", "path": "/spec/versions/0/served", "value": true}]),
-            )
-            .expect("patch"),
-        ),
-    )
-    .await
-    .expect("serve widgets");
+    serve_widgets(c, true).await;
     eventually("only the live widget owns it", WAIT, || async {
         cms.get_opt("dep")
             .await
@@ -668,8 +656,7 @@ async fn a_failing_api_group_does_not_stop_collection() {
     configmap(&c, "default", "thing-dep", vec![rt]).await;
     // The collector's view: broken.example.com answers 503 everywhere, as
     // an aggregated API whose backend is down does.
-    let faults = FaultHandle::new(Faults::new().unavailable_groups(["broken.example.com"]));
-    let gc_client = kube::Client::new(faults.layer().layer(server.service()), "default");
+    let (faults, gc_client) = with_unavailable_group(&server, "broken.example.com");
     let controllers = kubeforge_controllers::start_builtin(gc_client);
     tokio::time::timeout(Duration::from_secs(20), controllers.wait_synced())
         .await

@@ -11,14 +11,12 @@ use std::time::Duration;
 
 use common::{
     configmap, configmap_with, crd, crontab_crd, custom, custom_object, eventually, namespace,
-    owner_ref, pod, start, uid,
+    owner_ref, pod, start, uid, with_unavailable_group,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kubeforge_apiserver::ApiServer;
-use kubeforge_testenv::{FaultHandle, Faults};
 use serde_json::json;
-use tower::Layer;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -362,8 +360,7 @@ async fn a_failing_group_and_non_preferred_versions() {
 
     // The controllers' view: broken.example.com answers 503, as an
     // aggregated API whose backend is down does.
-    let faults = FaultHandle::new(Faults::new().unavailable_groups(["broken.example.com"]));
-    let client = kube::Client::new(faults.layer().layer(server.service()), "default");
+    let (faults, client) = with_unavailable_group(&server, "broken.example.com");
     let controllers = kubeforge_controllers::start_builtin(client);
     tokio::time::timeout(Duration::from_secs(20), controllers.wait_synced())
         .await

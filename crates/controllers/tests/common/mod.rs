@@ -245,3 +245,18 @@ pub async fn events_about(
         .map(|e| (e.type_.unwrap_or_default(), e.message.unwrap_or_default()))
         .collect()
 }
+
+/// A client of `server` to which API group `group` is unavailable (503
+/// everywhere under `/apis/{group}`, as kube-aggregator answers for an
+/// APIService whose backend is down), and the fault handle to clear it.
+pub fn with_unavailable_group(
+    server: &ApiServer,
+    group: &str,
+) -> (kubeforge_testenv::FaultHandle, Client) {
+    use tower::Layer;
+    let faults = kubeforge_testenv::FaultHandle::new(
+        kubeforge_testenv::Faults::new().unavailable_groups([group]),
+    );
+    let client = Client::new(faults.layer().layer(server.service()), "default");
+    (faults, client)
+}
