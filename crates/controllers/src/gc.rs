@@ -3,10 +3,12 @@
 //! **Graph.** Every resource that discovery lists as listable, watchable and
 //! deletable (custom resources included; discovery runs again whenever a
 //! CustomResourceDefinition changes, and every 30 s) is watched with a
-//! metadata-only watch. One task folds the events into a graph: uid →
-//! node (identity, ownerReferences, dependents, deletion state). An owner
-//! that is referenced but not seen is a *virtual* node until a watch shows
-//! it or a GET proves it absent.
+//! metadata-only watch. One task folds the events into a graph
+//! (`gc_graph.rs`): uid → node (identity, ownerReferences,
+//! dependents, deletion state). An owner that is referenced but not seen is
+//! a *virtual* node until a watch shows it or a GET proves it absent. A
+//! group whose discovery fails keeps its monitors; a resource discovery no
+//! longer lists stops being watched, and nothing is inferred from that.
 //!
 //! **Decisions** (kube's `attemptToDeleteItem`), made by a pool of workers
 //! from a deduplicating queue with per-item backoff:
@@ -14,7 +16,11 @@
 //!   policy its own `orphan`/`foregroundDeletion` finalizer asks for); an
 //!   owner counts as gone only when its deletion was observed on a watch or
 //!   a GET by name found nothing (or another uid) — never because the cache
-//!   lacks it;
+//!   lacks it. As kube's `isDangling`: the GET goes to the resource the
+//!   reference's apiVersion and kind map to (an unserved apiVersion is
+//!   retried, never mapped to another version), in the dependent's
+//!   namespace when namespaced; a cluster-scoped dependent naming a
+//!   namespaced owner is left alone;
 //! - a dependent with another live owner stays, and the references to the
 //!   dead owners are removed from it (as kube does);
 //! - an owner with the `foregroundDeletion` finalizer has its dependents
@@ -31,23 +37,25 @@
 //! after an exponential backoff (5 ms doubling to 60 s), so nothing loops
 //! hot, cyclic references included.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::Hash;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event, watcher};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::catalog::{Catalog, Resource};
+use crate::gc_graph::{Coordinates, Graph, GraphEvent, InvalidOwnerRef, Node, Queues, Uid};
 use crate::gc_object::GcObject;
 use crate::queue::Queue;
 use crate::{Error, Stop, is_conflict, is_not_found, send_discard};
@@ -56,8 +64,6 @@ use crate::{Error, Stop, is_conflict, is_not_found, send_discard};
 pub const FINALIZER_ORPHAN: &str = "orphan";
 /// The finalizer asking the garbage collector to delete the dependents first.
 pub const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
-
-type Uid = Arc<str>;
 
 /// Options of the garbage collector.
 #[derive(Clone, Debug)]
@@ -106,6 +112,10 @@ pub struct GcStats {
     pub deleted: u64,
     /// ownerReference / finalizer patches sent.
     pub patched: u64,
+    /// Judgements put off (retried later) or given up because an owner
+    /// reference cannot be resolved: its apiVersion is not served, or a
+    /// cluster-scoped object names a namespaced owner.
+    pub unresolved: u64,
 }
 
 /// The garbage collector; cheap to clone. Start it with
@@ -124,10 +134,12 @@ struct Shared {
     orphan_q: Queue<Uid>,
     events: mpsc::UnboundedSender<GraphEvent>,
     events_rx: Mutex<Option<mpsc::UnboundedReceiver<GraphEvent>>>,
+    invalid: mpsc::UnboundedSender<InvalidOwnerRef>,
+    invalid_rx: Mutex<Option<mpsc::UnboundedReceiver<InvalidOwnerRef>>>,
     synced: tokio::sync::watch::Sender<bool>,
     listed: Mutex<HashSet<String>>,
     listed_changed: Notify,
-    counters: Mutex<(u64, u64)>,
+    counters: Mutex<(u64, u64, u64)>,
 }
 
 impl GarbageCollector {
@@ -135,6 +147,7 @@ impl GarbageCollector {
     /// [`GarbageCollector::run`].
     pub fn new(client: Client, opts: GcOptions) -> GarbageCollector {
         let (tx, rx) = mpsc::unbounded_channel();
+        let (invalid, invalid_rx) = mpsc::unbounded_channel();
         let (synced, _) = tokio::sync::watch::channel(false);
         GarbageCollector {
             shared: Arc::new(Shared {
@@ -145,10 +158,12 @@ impl GarbageCollector {
                 orphan_q: Queue::new(opts.min_backoff, opts.max_backoff),
                 events: tx,
                 events_rx: Mutex::new(Some(rx)),
+                invalid,
+                invalid_rx: Mutex::new(Some(invalid_rx)),
                 synced,
                 listed: Mutex::new(HashSet::new()),
                 listed_changed: Notify::new(),
-                counters: Mutex::new((0, 0)),
+                counters: Mutex::new((0, 0, 0)),
                 opts,
             }),
         }
@@ -169,15 +184,20 @@ impl GarbageCollector {
     /// Current counters.
     pub fn stats(&self) -> GcStats {
         let s = &self.shared;
-        let (deleted, patched) = *lock(&s.counters);
+        let (deleted, patched, unresolved) = *lock(&s.counters);
         let g = s.graph();
         GcStats {
             nodes: g.nodes.len(),
             virtual_nodes: g.nodes.values().filter(|n| !n.observed).count(),
-            monitors: g.by_res.len(),
+            monitors: g
+                .by_res
+                .keys()
+                .filter(|k| !g.unwatched.contains(*k))
+                .count(),
             queued: s.delete_q.len(),
             deleted,
             patched,
+            unresolved,
         }
     }
 
@@ -189,6 +209,12 @@ impl GarbageCollector {
         };
         let mut tasks: Vec<JoinHandle<()>> = Vec::new();
         tasks.push(tokio::spawn(build_graph(s.clone(), rx)));
+        if let Some(invalid) = lock(&s.invalid_rx).take() {
+            tasks.push(tokio::spawn(report_invalid_owner_refs(
+                s.client.clone(),
+                invalid,
+            )));
+        }
         for _ in 0..s.opts.workers.max(1) {
             tasks.push(tokio::spawn(delete_worker(s.clone())));
         }
@@ -300,6 +326,10 @@ impl Shared {
         }
     }
 
+    fn count_unresolved(&self) {
+        lock(&self.counters).2 += 1;
+    }
+
     fn count(&self, deleted: u64, patched: u64) {
         let mut c = lock(&self.counters);
         c.0 += deleted;
@@ -326,12 +356,23 @@ impl Shared {
     }
 
     /// Start monitors for new resources, stop those for resources gone.
+    /// A monitor of a group-version whose discovery failed this time keeps
+    /// running (kube's collector keeps those informers on partial
+    /// discovery): a failing group is not a group gone.
     fn sync_monitors(self: &Arc<Self>, cat: Catalog, monitors: &mut HashMap<String, Monitor>) {
-        let wanted: HashMap<String, Arc<Resource>> = cat
+        let mut wanted: HashMap<String, Arc<Resource>> = cat
             .gc_resources()
             .into_iter()
             .map(|r| (r.key(), r))
             .collect();
+        if let Some(why) = cat.failure_message() {
+            tracing::info!(groups = %why, "garbage collector: failed to discover some groups");
+            for (key, m) in monitors.iter() {
+                if cat.failed().contains_key(m.res.group_version()) {
+                    wanted.insert(key.clone(), m.res.clone());
+                }
+            }
+        }
         if let Ok(mut c) = self.catalog.write() {
             *c = Arc::new(cat);
         }
@@ -395,370 +436,11 @@ async fn monitor(s: Arc<Shared>, res: Arc<Resource>) {
     }
 }
 
-/// What the graph builder is told.
-enum GraphEvent {
-    Apply {
-        res: Arc<Resource>,
-        meta: Box<ObjectMeta>,
-        init: bool,
-    },
-    Delete {
-        uid: Option<Uid>,
-    },
-    InitStart(Arc<str>),
-    InitDone(Arc<str>),
-    /// A GET proved a virtual node's object absent.
-    VirtualDelete {
-        uid: Uid,
-        key: RefKey,
-    },
-    ResourceGone(Arc<str>),
-}
-
-/// How a dependent names an owner, for the absent-owner cache (an owner is
-/// absent at these coordinates, which is narrower than "this uid is gone").
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct RefKey {
-    uid: Uid,
-    group: String,
-    kind: String,
-    namespace: String,
-    name: String,
-}
-
-/// A set remembering the last `cap` insertions.
-struct Bounded<K> {
-    set: HashSet<K>,
-    order: VecDeque<K>,
-    cap: usize,
-}
-
-impl<K: Clone + Eq + Hash> Bounded<K> {
-    fn new(cap: usize) -> Bounded<K> {
-        Bounded {
-            set: HashSet::new(),
-            order: VecDeque::new(),
-            cap,
-        }
-    }
-
-    fn insert(&mut self, k: K) {
-        if self.set.insert(k.clone()) {
-            self.order.push_back(k);
-            while self.order.len() > self.cap {
-                if let Some(old) = self.order.pop_front() {
-                    self.set.remove(&old);
-                }
-            }
-        }
-    }
-
-    fn contains(&self, k: &K) -> bool {
-        self.set.contains(k)
-    }
-}
-
-struct Node {
-    api_version: String,
-    kind: String,
-    namespace: Option<String>,
-    name: String,
-    /// The watched resource it was seen on (None while virtual).
-    res: Option<Arc<Resource>>,
-    owners: Vec<OwnerReference>,
-    dependents: HashSet<Uid>,
-    /// Dependents whose reference to this node has `blockOwnerDeletion: true`.
-    blocking: HashSet<Uid>,
-    observed: bool,
-    deleting: bool,
-    finalizers: Vec<String>,
-    resource_version: Option<String>,
-}
-
-impl Node {
-    fn has_finalizer(&self, f: &str) -> bool {
-        self.finalizers.iter().any(|x| x == f)
-    }
-
-    fn deleting_dependents(&self) -> bool {
-        self.deleting && self.has_finalizer(FINALIZER_FOREGROUND)
-    }
-
-    fn orphaning(&self) -> bool {
-        self.deleting && self.has_finalizer(FINALIZER_ORPHAN)
-    }
-}
-
-struct Graph {
-    nodes: HashMap<Uid, Node>,
-    /// Observed nodes per watched resource.
-    by_res: HashMap<Arc<str>, HashSet<Uid>>,
-    /// Uids whose deletion was observed.
-    absent_uids: Bounded<Uid>,
-    /// Owner coordinates a GET found empty (or holding another uid).
-    absent_refs: Bounded<RefKey>,
-    /// Uids seen during a resource's current (re)list.
-    listing: HashMap<Arc<str>, HashSet<Uid>>,
-}
-
-impl Default for Graph {
-    fn default() -> Self {
-        Graph {
-            nodes: HashMap::new(),
-            by_res: HashMap::new(),
-            absent_uids: Bounded::new(100_000),
-            absent_refs: Bounded::new(10_000),
-            listing: HashMap::new(),
-        }
-    }
-}
-
-/// The queues the graph builder feeds.
-struct Queues<'a> {
-    delete: &'a Queue<Uid>,
-    orphan: &'a Queue<Uid>,
-}
-
-impl Graph {
-    fn handle(&mut self, ev: GraphEvent, q: &Queues<'_>) -> Option<Arc<str>> {
-        match ev {
-            GraphEvent::Apply { res, meta, init } => {
-                let key: Arc<str> = res.key().into();
-                if let Some(uid) = meta.uid.clone() {
-                    let uid: Uid = uid.into();
-                    if init && let Some(seen) = self.listing.get_mut(&key) {
-                        seen.insert(uid.clone());
-                    }
-                    self.apply(uid, res, *meta, q);
-                }
-            }
-            GraphEvent::Delete { uid } => {
-                if let Some(uid) = uid {
-                    self.remove(&uid, q);
-                }
-            }
-            GraphEvent::InitStart(key) => {
-                self.listing.insert(key, HashSet::new());
-            }
-            GraphEvent::InitDone(key) => {
-                let seen = self.listing.remove(&key).unwrap_or_default();
-                let gone: Vec<Uid> = self
-                    .by_res
-                    .get(&key)
-                    .map(|s| s.iter().filter(|u| !seen.contains(*u)).cloned().collect())
-                    .unwrap_or_default();
-                for uid in gone {
-                    self.remove(&uid, q);
-                }
-                self.by_res.entry(key.clone()).or_default();
-                return Some(key);
-            }
-            GraphEvent::VirtualDelete { uid, key } => {
-                self.absent_refs.insert(key);
-                let node = self.nodes.get(&uid)?;
-                let deps: Vec<Uid> = node.dependents.iter().cloned().collect();
-                if !node.observed {
-                    self.nodes.remove(&uid);
-                }
-                for d in deps {
-                    q.delete.add(d);
-                }
-            }
-            GraphEvent::ResourceGone(key) => {
-                let uids: Vec<Uid> = self
-                    .by_res
-                    .remove(&key)
-                    .map(|s| s.into_iter().collect())
-                    .unwrap_or_default();
-                for uid in uids {
-                    self.remove(&uid, q);
-                }
-            }
-        }
-        None
-    }
-
-    fn apply(&mut self, uid: Uid, res: Arc<Resource>, meta: ObjectMeta, q: &Queues<'_>) {
-        let key: Arc<str> = res.key().into();
-        let owners = meta.owner_references.unwrap_or_default();
-        let finalizers = meta.finalizers.unwrap_or_default();
-        let deleting = meta.deletion_timestamp.is_some();
-        let namespace = meta.namespace.filter(|n| !n.is_empty());
-        let (old_owners, was_dd, was_orphaning) = match self.nodes.get_mut(&uid) {
-            Some(n) => {
-                let was = (n.deleting_dependents(), n.orphaning());
-                n.api_version = res.ar.api_version.clone();
-                n.kind = res.ar.kind.clone();
-                n.namespace = namespace.clone();
-                n.name = meta.name.unwrap_or_default();
-                n.res = Some(res);
-                n.observed = true;
-                n.deleting = deleting;
-                n.finalizers = finalizers;
-                n.resource_version = meta.resource_version;
-                let old = std::mem::replace(&mut n.owners, owners.clone());
-                (old, was.0, was.1)
-            }
-            None => {
-                self.nodes.insert(
-                    uid.clone(),
-                    Node {
-                        api_version: res.ar.api_version.clone(),
-                        kind: res.ar.kind.clone(),
-                        namespace: namespace.clone(),
-                        name: meta.name.unwrap_or_default(),
-                        res: Some(res),
-                        owners: owners.clone(),
-                        dependents: HashSet::new(),
-                        blocking: HashSet::new(),
-                        observed: true,
-                        deleting,
-                        finalizers,
-                        resource_version: meta.resource_version,
-                    },
-                );
-                (Vec::new(), false, false)
-            }
-        };
-        self.by_res.entry(key).or_default().insert(uid.clone());
-
-        // Owner reference changes.
-        for r in &owners {
-            match old_owners.iter().find(|o| o.uid == r.uid) {
-                None => self.add_dependent(&uid, r, namespace.as_deref(), q),
-                Some(o) => {
-                    let was = o.block_owner_deletion == Some(true);
-                    let now = r.block_owner_deletion == Some(true);
-                    if was != now {
-                        if let Some(owner) = self.nodes.get_mut(r.uid.as_str()) {
-                            if now {
-                                owner.blocking.insert(uid.clone());
-                            } else {
-                                owner.blocking.remove(&uid);
-                            }
-                        }
-                        if was {
-                            self.enqueue_if_waiting(&r.uid, q);
-                        }
-                    }
-                }
-            }
-        }
-        for o in &old_owners {
-            if !owners.iter().any(|r| r.uid == o.uid) {
-                self.remove_dependent(&uid, &o.uid);
-                self.enqueue_if_waiting(&o.uid, q);
-            }
-        }
-
-        // Deletion transitions.
-        let Some(n) = self.nodes.get(&uid) else {
-            return;
-        };
-        if n.orphaning() && !was_orphaning {
-            q.orphan.add(uid.clone());
-        }
-        if n.deleting_dependents() && !was_dd {
-            for d in &n.dependents {
-                q.delete.add(d.clone());
-            }
-            q.delete.add(uid);
-        }
-    }
-
-    /// Record `dep` as a dependent of the owner `r` names.
-    fn add_dependent(&mut self, dep: &Uid, r: &OwnerReference, ns: Option<&str>, q: &Queues<'_>) {
-        let owner: Uid = r.uid.as_str().into();
-        let blocks = r.block_owner_deletion == Some(true);
-        if let Some(o) = self.nodes.get_mut(&owner) {
-            o.dependents.insert(dep.clone());
-            if blocks {
-                o.blocking.insert(dep.clone());
-            }
-            if o.deleting_dependents() {
-                q.delete.add(dep.clone());
-            }
-            return;
-        }
-        if self.absent_uids.contains(&owner) {
-            // The owner is known to be gone: the dependent needs a look.
-            q.delete.add(dep.clone());
-            return;
-        }
-        // Not seen: a virtual node, verified by a worker.
-        self.nodes.insert(
-            owner.clone(),
-            Node {
-                api_version: r.api_version.clone(),
-                kind: r.kind.clone(),
-                namespace: ns.map(str::to_string),
-                name: r.name.clone(),
-                res: None,
-                owners: Vec::new(),
-                dependents: HashSet::from([dep.clone()]),
-                blocking: if blocks {
-                    HashSet::from([dep.clone()])
-                } else {
-                    HashSet::new()
-                },
-                observed: false,
-                deleting: false,
-                finalizers: Vec::new(),
-                resource_version: None,
-            },
-        );
-        q.delete.add(owner);
-    }
-
-    fn remove_dependent(&mut self, dep: &Uid, owner: &str) {
-        let owner: Uid = owner.into();
-        let drop_virtual = match self.nodes.get_mut(&owner) {
-            Some(o) => {
-                o.dependents.remove(dep);
-                o.blocking.remove(dep);
-                !o.observed && o.dependents.is_empty()
-            }
-            None => false,
-        };
-        if drop_virtual {
-            self.nodes.remove(&owner);
-        }
-    }
-
-    fn enqueue_if_waiting(&self, owner: &str, q: &Queues<'_>) {
-        if let Some((uid, o)) = self.nodes.get_key_value(owner)
-            && o.deleting_dependents()
-        {
-            q.delete.add(uid.clone());
-        }
-    }
-
-    /// An object is gone: its dependents need a look, and owners waiting
-    /// for it may finish.
-    fn remove(&mut self, uid: &Uid, q: &Queues<'_>) {
-        let Some(node) = self.nodes.remove(uid) else {
-            return;
-        };
-        if let Some(res) = &node.res
-            && let Some(set) = self.by_res.get_mut(res.key().as_str())
-        {
-            set.remove(uid);
-        }
-        self.absent_uids.insert(uid.clone());
-        for o in &node.owners {
-            self.remove_dependent(uid, &o.uid);
-            self.enqueue_if_waiting(&o.uid, q);
-        }
-        for d in node.dependents {
-            q.delete.add(d);
-        }
-    }
-}
-
 async fn build_graph(s: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<GraphEvent>) {
     let q = Queues {
         delete: &s.delete_q,
         orphan: &s.orphan_q,
+        invalid: &s.invalid,
     };
     let mut batch = Vec::with_capacity(256);
     while rx.recv_many(&mut batch, 256).await > 0 {
@@ -778,6 +460,48 @@ async fn build_graph(s: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<GraphEvent>
             }
             drop(l);
             s.listed_changed.notify_waiters();
+        }
+    }
+}
+
+/// Publish kube's `OwnerRefInvalidNamespace` warning event on each
+/// dependent the graph reports, as kube-controller-manager's
+/// `garbage-collector-controller`.
+async fn report_invalid_owner_refs(
+    client: Client,
+    mut rx: mpsc::UnboundedReceiver<InvalidOwnerRef>,
+) {
+    let recorder = Recorder::new(
+        client,
+        Reporter {
+            controller: "garbage-collector-controller".into(),
+            instance: None,
+        },
+    );
+    while let Some(bad) = rx.recv().await {
+        let d = &bad.dependent;
+        let reference = ObjectReference {
+            api_version: Some(d.api_version.clone()),
+            kind: Some(d.kind.clone()),
+            name: Some(d.name.clone()),
+            namespace: Some(d.namespace.clone()).filter(|n| !n.is_empty()),
+            uid: Some(d.uid.to_string()),
+            ..ObjectReference::default()
+        };
+        let note = format!(
+            "ownerRef {} does not exist in namespace {:?}",
+            bad.owner, d.namespace
+        );
+        tracing::info!(kind = %d.kind, namespace = %d.namespace, name = %d.name, owner = %bad.owner, "garbage collector: owner reference names another namespace");
+        let ev = KubeEvent {
+            type_: EventType::Warning,
+            reason: "OwnerRefInvalidNamespace".into(),
+            note: Some(note),
+            action: "GarbageCollect".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&ev, &reference).await {
+            tracing::debug!(error = %e, "garbage collector: event not recorded");
         }
     }
 }
@@ -818,6 +542,12 @@ async fn delete_worker(s: Arc<Shared>) {
         match s.attempt_to_delete(&uid).await {
             Ok(Outcome::Done) => s.delete_q.forget(&uid),
             Ok(Outcome::Retry) => s.delete_q.add_rate_limited(uid.clone()),
+            Err(e @ Error::Unmapped { .. }) => {
+                // kube: the type may not be discovered yet; log and retry.
+                tracing::info!(%uid, error = %e, "garbage collector: owner reference not resolvable; will retry");
+                s.count_unresolved();
+                s.delete_q.add_rate_limited(uid.clone());
+            }
             Err(e) => {
                 tracing::debug!(%uid, error = %e, "garbage collector: will retry");
                 s.delete_q.add_rate_limited(uid.clone());
@@ -856,7 +586,9 @@ impl Shared {
             kind: n.kind.clone(),
             namespace: n.namespace.clone(),
             name: n.name.clone(),
-            res: n.res.clone(),
+            // An unwatched node's resource may no longer be served: map it
+            // again (and retry while it cannot be).
+            res: n.res.clone().filter(|_| n.watched),
             owners: n.owners.clone(),
             observed: n.observed,
             deleting: n.deleting,
@@ -903,30 +635,6 @@ impl Shared {
         .map(|(api, _)| api)
     }
 
-    /// The key under which an owner counts as absent for a dependent in
-    /// `dep_ns`.
-    fn ref_key(&self, r: &OwnerReference, dep_ns: Option<&str>) -> RefKey {
-        let namespaced = self
-            .catalog()
-            .resolve(&r.api_version, &r.kind)
-            .is_none_or(|res| res.namespaced);
-        RefKey {
-            uid: r.uid.as_str().into(),
-            group: r
-                .api_version
-                .split_once('/')
-                .map(|(g, _)| g.to_string())
-                .unwrap_or_default(),
-            kind: r.kind.clone(),
-            namespace: if namespaced {
-                dep_ns.unwrap_or_default().to_string()
-            } else {
-                String::new()
-            },
-            name: r.name.clone(),
-        }
-    }
-
     /// kube's `attemptToDeleteItem`.
     async fn attempt_to_delete(self: &Arc<Self>, uid: &Uid) -> Result<Outcome, Error> {
         let Some(item) = self.snapshot(uid) else {
@@ -949,7 +657,10 @@ impl Shared {
     }
 
     /// A referenced owner not seen on any watch: absent (its dependents get
-    /// a look), or present and not yet seen (look again later).
+    /// a look), or present and not yet seen (look again later). kube's
+    /// `attemptToDeleteItem` on a virtual node: the GET is by the
+    /// coordinates its first dependent named it with; an apiVersion that
+    /// cannot be mapped is retried, never guessed.
     async fn verify_virtual(&self, item: &Item) -> Result<Outcome, Error> {
         let r = OwnerReference {
             api_version: item.api_version.clone(),
@@ -958,18 +669,21 @@ impl Shared {
             uid: item.uid.to_string(),
             ..OwnerReference::default()
         };
-        let key = self.ref_key(&r, item.namespace.as_deref());
-        let absent = self.graph().absent_uids.contains(&item.uid)
-            || match self.lookup_owner(&r, item.namespace.as_deref()).await? {
-                Some(None) => true,
-                Some(Some(_)) => false,
-                // A namespaced owner of a cluster-scoped object: never valid.
-                None => return Ok(Outcome::Done),
-            };
+        let dep_ns = item.namespace.as_deref().unwrap_or_default();
+        let res = self.resolve(&r)?;
+        if res.namespaced && dep_ns.is_empty() {
+            // Named as a namespaced owner by a cluster-scoped object: it can
+            // never resolve (kube forgets the item).
+            self.count_unresolved();
+            return Ok(Outcome::Done);
+        }
+        let identity = Coordinates::of(&r, if res.namespaced { dep_ns } else { "" });
+        let absent = self.graph().absent.contains(&identity)
+            || self.get_owner(&r, &res, dep_ns).await?.is_none();
         if absent {
             let _ = self.events.send(GraphEvent::VirtualDelete {
                 uid: item.uid.clone(),
-                key,
+                identity,
             });
             return Ok(Outcome::Done);
         }
@@ -977,73 +691,115 @@ impl Shared {
         Ok(Outcome::Retry)
     }
 
-    /// GET an owner by its reference's coordinates: `Some(Some(meta))` when
-    /// found with the same uid, `Some(None)` when absent there, `None` when
-    /// the reference can never resolve (namespaced owner, cluster-scoped
-    /// dependent).
-    async fn lookup_owner(
+    /// The resource an owner reference names, at exactly its apiVersion.
+    fn resolve(&self, r: &OwnerReference) -> Result<Arc<Resource>, Error> {
+        self.catalog()
+            .resolve(&r.api_version, &r.kind)
+            .ok_or_else(|| Error::Unmapped {
+                api_version: r.api_version.clone(),
+                kind: r.kind.clone(),
+            })
+    }
+
+    /// GET the owner `r` names (of resource `res`, in `dep_ns` when
+    /// namespaced): its metadata when found with the same uid.
+    async fn get_owner(
         &self,
         r: &OwnerReference,
-        dep_ns: Option<&str>,
-    ) -> Result<Option<Option<ObjectMeta>>, Error> {
-        let (api, res) = self.api_for(None, &r.api_version, &r.kind, dep_ns)?;
-        if res.namespaced && dep_ns.is_none() {
+        res: &Resource,
+        dep_ns: &str,
+    ) -> Result<Option<ObjectMeta>, Error> {
+        let api: Api<DynamicObject> = if res.namespaced {
+            Api::namespaced_with(self.client.clone(), dep_ns, &res.ar)
+        } else {
+            Api::all_with(self.client.clone(), &res.ar)
+        };
+        Ok(match api.get_metadata_opt(&r.name).await? {
+            Some(m) if m.metadata.uid.as_deref() == Some(r.uid.as_str()) => Some(m.metadata),
+            _ => None,
+        })
+    }
+
+    /// How one owner reference of a dependent in `dep_ns` stands (kube's
+    /// `isDangling`): absent by the absent-owner cache (cluster-scoped
+    /// coordinates, then the dependent's namespace), else by a GET of the
+    /// resource its apiVersion and kind map to — in the dependent's
+    /// namespace when namespaced. `None`: a namespaced owner named by a
+    /// cluster-scoped dependent, which never resolves (kube leaves the
+    /// dependent alone).
+    async fn owner_state(
+        &self,
+        r: &OwnerReference,
+        dep_ns: &str,
+    ) -> Result<Option<OwnerState>, Error> {
+        let mut key = Coordinates::of(r, "");
+        {
+            let g = self.graph();
+            if g.absent.contains(&key) {
+                return Ok(Some(OwnerState::Dangling));
+            }
+            key.namespace = dep_ns.to_string();
+            if g.absent.contains(&key) {
+                return Ok(Some(OwnerState::Dangling));
+            }
+        }
+        let res = self.resolve(r)?;
+        if !res.namespaced {
+            key.namespace.clear();
+        }
+        if res.namespaced && dep_ns.is_empty() {
             return Ok(None);
         }
-        match api.get_metadata_opt(&r.name).await? {
-            Some(m) if m.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
-                Ok(Some(Some(m.metadata)))
+        // What a watch shows at exactly those coordinates needs no GET.
+        {
+            let g = self.graph();
+            if let Some(o) = g.nodes.get(r.uid.as_str())
+                && o.vouches_for(r, &key.namespace)
+            {
+                return Ok(Some(if o.deleting_dependents() {
+                    OwnerState::Waiting
+                } else {
+                    OwnerState::Solid
+                }));
             }
-            _ => Ok(Some(None)),
+        }
+        match self.get_owner(r, &res, dep_ns).await? {
+            None => {
+                self.graph().absent.insert(key);
+                Ok(Some(OwnerState::Dangling))
+            }
+            Some(m) => {
+                let fg = m
+                    .finalizers
+                    .as_ref()
+                    .is_some_and(|f| f.iter().any(|x| x == FINALIZER_FOREGROUND));
+                Ok(Some(if m.deletion_timestamp.is_some() && fg {
+                    OwnerState::Waiting
+                } else {
+                    OwnerState::Solid
+                }))
+            }
         }
     }
 
-    /// Classify a dependent's owner references (kube's `classifyReferences`).
+    /// Classify a dependent's owner references (kube's `classifyReferences`);
+    /// `None` when one of them can never resolve.
     async fn classify(
         &self,
         item: &Item,
         owners: &[OwnerReference],
     ) -> Result<Option<Vec<(OwnerReference, OwnerState)>>, Error> {
+        let dep_ns = item.namespace.as_deref().unwrap_or_default();
         let mut out = Vec::with_capacity(owners.len());
         for r in owners {
-            let key = self.ref_key(r, item.namespace.as_deref());
-            let cached = {
-                let g = self.graph();
-                let uid: Uid = r.uid.as_str().into();
-                if g.absent_uids.contains(&uid) || g.absent_refs.contains(&key) {
-                    Some(OwnerState::Dangling)
-                } else {
-                    match g.nodes.get(&uid) {
-                        Some(o) if o.observed && o.deleting_dependents() => {
-                            Some(OwnerState::Waiting)
-                        }
-                        Some(o) if o.observed => Some(OwnerState::Solid),
-                        _ => None,
-                    }
+            match self.owner_state(r, dep_ns).await? {
+                Some(state) => out.push((r.clone(), state)),
+                None => {
+                    tracing::debug!(kind = %item.kind, name = %item.name, owner = %r.name, "garbage collector: a cluster-scoped object names a namespaced owner; left alone");
+                    self.count_unresolved();
+                    return Ok(None);
                 }
-            };
-            let state = match cached {
-                Some(s) => s,
-                None => match self.lookup_owner(r, item.namespace.as_deref()).await? {
-                    None => return Ok(None),
-                    Some(None) => {
-                        self.graph().absent_refs.insert(key);
-                        OwnerState::Dangling
-                    }
-                    Some(Some(m)) => {
-                        let fg = m
-                            .finalizers
-                            .as_ref()
-                            .is_some_and(|f| f.iter().any(|x| x == FINALIZER_FOREGROUND));
-                        if m.deletion_timestamp.is_some() && fg {
-                            OwnerState::Waiting
-                        } else {
-                            OwnerState::Solid
-                        }
-                    }
-                },
-            };
-            out.push((r.clone(), state));
+            }
         }
         Ok(Some(out))
     }
@@ -1336,19 +1092,4 @@ fn conflict_error() -> kube::Error {
             .with_code(409)
             .boxed(),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bounded_set_forgets_oldest() {
-        let mut b = Bounded::new(2);
-        b.insert(1);
-        b.insert(2);
-        b.insert(3);
-        assert!(!b.contains(&1));
-        assert!(b.contains(&2) && b.contains(&3));
-    }
 }

@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 
 pub mod catalog;
 pub mod gc;
+mod gc_graph;
 mod gc_object;
 pub mod namespace;
 pub mod nodesim;

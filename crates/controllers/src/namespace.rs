@@ -305,6 +305,15 @@ impl Shared {
                 return content;
             }
         };
+        // A failing group-version does not stop the others from being
+        // emptied; it only keeps the namespace from being finalized (its
+        // objects may still be there), as kube's deleter does.
+        if let Some(why) = catalog.failure_message() {
+            content.discovery = Some(format!(
+                "Discovery failed for some groups, {} failing: {why}",
+                catalog.failed().len()
+            ));
+        }
         let results: Vec<(Arc<Resource>, Result<Left, Error>)> =
             futures::stream::iter(catalog.namespaced_deletable())
                 .map(|r| async move {

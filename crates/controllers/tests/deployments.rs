@@ -15,7 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use workloads_common::*;
 
@@ -210,10 +210,9 @@ async fn rolling_update_respects_max_unavailable_and_surge_then_undo() {
     let rs_api: Api<ReplicaSet> = Api::default_namespaced(env.client.clone());
     let md = max_desired.clone();
     let rs_watch = tokio::spawn(async move {
-        let mut s = std::pin::pin!(watcher(
-            rs_api,
-            watcher::Config::default().labels("app=roll")
-        ));
+        let mut s = std::pin::pin!(
+            watcher(rs_api, watcher::Config::default().labels("app=roll")).default_backoff()
+        );
         while let Some(ev) = s.next().await {
             let mut g = md.lock().expect("lock");
             match ev {
@@ -233,7 +232,9 @@ async fn rolling_update_respects_max_unavailable_and_surge_then_undo() {
     let pods: Api<Pod> = Api::default_namespaced(env.client.clone());
     let st = state.clone();
     let watch = tokio::spawn(async move {
-        let mut s = std::pin::pin!(watcher(pods, watcher::Config::default().labels("app=roll")));
+        let mut s = std::pin::pin!(
+            watcher(pods, watcher::Config::default().labels("app=roll")).default_backoff()
+        );
         while let Some(ev) = s.next().await {
             let mut g = st.lock().expect("lock");
             match ev {
@@ -475,7 +476,9 @@ async fn recreate_removes_old_pods_before_creating_new() {
     let m = mixed.clone();
     let watch = tokio::spawn(async move {
         let mut live: BTreeMap<String, String> = BTreeMap::new();
-        let mut s = std::pin::pin!(watcher(pods, watcher::Config::default().labels("app=rec")));
+        let mut s = std::pin::pin!(
+            watcher(pods, watcher::Config::default().labels("app=rec")).default_backoff()
+        );
         while let Some(ev) = s.next().await {
             match ev {
                 Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => {

@@ -9,9 +9,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{configmap, configmap_with, crontab_crd, eventually, owner_ref, pod, start, uid};
+use common::{
+    configmap, configmap_with, crd, crontab_crd, custom, custom_object, eventually, namespace,
+    owner_ref, pod, start, uid, with_unavailable_group,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kubeforge_apiserver::ApiServer;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -297,4 +301,117 @@ async fn without_a_controller_the_server_empties_the_namespace() {
             .items
             .is_empty()
     );
+}
+
+fn condition_of(ns: &Namespace, ty: &str) -> Option<(String, String, String)> {
+    let c = ns
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == ty)?;
+    Some((
+        c.status.clone(),
+        c.reason.clone().unwrap_or_default(),
+        c.message.clone().unwrap_or_default(),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_group_and_non_preferred_versions() {
+    let server = ApiServer::in_memory().await;
+    server.set_controllers_running(true);
+    let c = server.client();
+    // multi.example.com serves widgets at v2 and v1, gadgets at v1 only:
+    // the group prefers v2, so gadgets exist only at a non-preferred
+    // version.
+    crd(
+        &c,
+        "multi.example.com",
+        "Widget",
+        "widgets",
+        true,
+        &["v1", "v2"],
+    )
+    .await;
+    crd(&c, "multi.example.com", "Gadget", "gadgets", true, &["v1"]).await;
+    crd(&c, "broken.example.com", "Thing", "things", true, &["v1"]).await;
+    let group = c
+        .list_api_groups()
+        .await
+        .expect("groups")
+        .groups
+        .into_iter()
+        .find(|g| g.name == "multi.example.com")
+        .expect("multi.example.com listed");
+    assert_eq!(
+        group.preferred_version.map(|v| v.version).as_deref(),
+        Some("v2")
+    );
+    namespace(&c, "doomed").await;
+    let widgets = custom("multi.example.com", "v2", "Widget", "widgets");
+    let gadgets = custom("multi.example.com", "v1", "Gadget", "gadgets");
+    let things = custom("broken.example.com", "v1", "Thing", "things");
+    custom_object(&c, &widgets, Some("doomed"), "w", vec![]).await;
+    custom_object(&c, &gadgets, Some("doomed"), "g", vec![]).await;
+    custom_object(&c, &things, Some("doomed"), "t", vec![]).await;
+    configmap(&c, "doomed", "cm", vec![]).await;
+
+    // The controllers' view: broken.example.com answers 503, as an
+    // aggregated API whose backend is down does.
+    let (faults, client) = with_unavailable_group(&server, "broken.example.com");
+    let controllers = kubeforge_controllers::start_builtin(client);
+    tokio::time::timeout(Duration::from_secs(20), controllers.wait_synced())
+        .await
+        .expect("synced");
+    let nss: Api<Namespace> = Api::all(c.clone());
+    nss.delete("doomed", &DeleteParams::default())
+        .await
+        .expect("delete namespace");
+
+    // Everything discovery reaches is deleted, the gadget at v1 included.
+    let w: Api<DynamicObject> = Api::namespaced_with(c.clone(), "doomed", &widgets);
+    let g: Api<DynamicObject> = Api::namespaced_with(c.clone(), "doomed", &gadgets);
+    let t: Api<DynamicObject> = Api::namespaced_with(c.clone(), "doomed", &things);
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "doomed");
+    eventually("the reachable content is deleted", WAIT, || async {
+        matches!(w.get_opt("w").await, Ok(None))
+            && matches!(g.get_opt("g").await, Ok(None))
+            && matches!(cms.get_opt("cm").await, Ok(None))
+    })
+    .await;
+    // …but the namespace is not finalized while a group cannot be listed.
+    let want = (
+        "True".to_string(),
+        "DiscoveryFailed".to_string(),
+        "Discovery failed for some groups, 1 failing: unable to retrieve the complete list \
+         of server APIs: broken.example.com/v1: the server is currently unable to handle the \
+         request"
+            .to_string(),
+    );
+    eventually("NamespaceDeletionDiscoveryFailure", WAIT, || async {
+        nss.get_opt("doomed")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|ns| condition_of(&ns, "NamespaceDeletionDiscoveryFailure"))
+            == Some(want.clone())
+    })
+    .await;
+    let ns = nss.get("doomed").await.expect("still there");
+    assert_eq!(
+        ns.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Terminating")
+    );
+    assert!(t.get_opt("t").await.expect("get").is_some());
+
+    // The group comes back: the rest goes, then the namespace.
+    faults.clear();
+    eventually("the namespace is gone", Duration::from_secs(20), || async {
+        matches!(nss.get_opt("doomed").await, Ok(None))
+    })
+    .await;
+    assert!(matches!(t.get_opt("t").await, Ok(None)));
+    controllers.stop().await;
 }

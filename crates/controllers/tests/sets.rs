@@ -14,7 +14,7 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kubeforge_controllers::WorkloadOptions;
 use kubeforge_controllers::workloads::ManualClock;
 use serde_json::json;
@@ -51,7 +51,9 @@ async fn statefulset_creates_in_order_scales_down_in_reverse_and_rolls() {
     let pods: Api<Pod> = Api::default_namespaced(env.client.clone());
     let w = pods.clone();
     let watch = tokio::spawn(async move {
-        let mut s = std::pin::pin!(watcher(w, watcher::Config::default().labels("app=web")));
+        let mut s = std::pin::pin!(
+            watcher(w, watcher::Config::default().labels("app=web")).default_backoff()
+        );
         let mut known = std::collections::BTreeSet::new();
         while let Some(e) = s.next().await {
             match e {

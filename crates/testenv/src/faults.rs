@@ -12,7 +12,10 @@
 //! Only resource requests are eligible (`/api/v1/…`, `/apis/{g}/{v}/…`):
 //! discovery, OpenAPI, `/version` and health checks always pass, as they do
 //! not exercise an operator's retry logic and failing them only breaks
-//! client start-up. [`Faults::verbs`] and [`Faults::resources`] narrow the
+//! client start-up. The one exception is [`Faults::unavailable_groups`]:
+//! every request under `/apis/{group}` — discovery included — answered as
+//! kube-aggregator answers for an APIService whose backend is down, so a
+//! client's handling of partial discovery can be tested. [`Faults::verbs`] and [`Faults::resources`] narrow the
 //! eligible requests further. 409 `Conflict` is injected only into updates
 //! and patches, where a real server returns it for a stale resourceVersion.
 
@@ -135,6 +138,7 @@ pub struct Faults {
     drop_watches: Option<(Duration, Duration)>,
     verbs: u8,
     resources: Option<Vec<String>>,
+    unavailable_groups: Vec<String>,
     seed: Option<u64>,
 }
 
@@ -149,6 +153,7 @@ impl Default for Faults {
             drop_watches: None,
             verbs: Verb::ALL.iter().fold(0, |m, v| m | v.bit()),
             resources: None,
+            unavailable_groups: Vec::new(),
             seed: None,
         }
     }
@@ -169,6 +174,7 @@ impl std::fmt::Debug for Faults {
             .field("drop_watches", &self.drop_watches)
             .field("verbs", &verbs)
             .field("resources", &self.resources)
+            .field("unavailable_groups", &self.unavailable_groups)
             .field("seed", &self.seed)
             .finish()
     }
@@ -248,6 +254,20 @@ impl Faults {
         self
     }
 
+    /// Answer every request under `/apis/{group}` for these API groups —
+    /// their discovery documents (`/apis/{group}`, `/apis/{group}/{version}`)
+    /// and their resources — with 503 and the plain-text body
+    /// `service unavailable`, as kube-aggregator answers for an APIService
+    /// whose backend is unavailable; `/apis` still lists the groups. Not
+    /// random: every such request fails while set.
+    pub fn unavailable_groups<S: Into<String>>(
+        mut self,
+        groups: impl IntoIterator<Item = S>,
+    ) -> Faults {
+        self.unavailable_groups = groups.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Seed the random choices, for reproducible runs (the same requests in
     /// the same order then meet the same faults). Setting faults with a
     /// seed restarts the sequence.
@@ -262,6 +282,16 @@ impl Faults {
             || !self.latency.is_zero()
             || !self.latency_jitter.is_zero()
             || self.drop_watches.is_some()
+            || !self.unavailable_groups.is_empty()
+    }
+
+    /// Whether `path` is under an unavailable group.
+    fn unavailable(&self, path: &str) -> bool {
+        let Some(rest) = path.strip_prefix("/apis/") else {
+            return false;
+        };
+        let group = rest.split('/').next().unwrap_or_default();
+        self.unavailable_groups.iter().any(|g| g == group)
     }
 
     fn eligible(&self, req: &Target) -> bool {
@@ -288,6 +318,8 @@ pub struct FaultStats {
     pub watches: u64,
     /// Watch streams ended by fault injection.
     pub watches_dropped: u64,
+    /// Requests answered 503 because their API group is unavailable.
+    pub unavailable: u64,
 }
 
 impl FaultStats {
@@ -305,6 +337,7 @@ struct Counters {
     delayed: AtomicU64,
     watches: AtomicU64,
     watches_dropped: AtomicU64,
+    unavailable: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -405,6 +438,7 @@ impl FaultHandle {
             delayed: l(&c.delayed),
             watches: l(&c.watches),
             watches_dropped: l(&c.watches_dropped),
+            unavailable: l(&c.unavailable),
         }
     }
 
@@ -600,6 +634,11 @@ where
         let mut inner = std::mem::replace(&mut self.inner, fresh);
         let shared = self.shared.clone();
         let faults = Arc::clone(&shared.faults.borrow());
+        if faults.unavailable(req.uri().path()) {
+            bump(&shared.counters.unavailable);
+            tracing::debug!(path = %req.uri().path(), "API group unavailable by fault injection");
+            return Box::pin(std::future::ready(Ok(service_unavailable())));
+        }
         let target = target(req.method(), req.uri());
         Box::pin(async move {
             let Some(target) = target else {
@@ -635,6 +674,24 @@ where
             }))
         })
     }
+}
+
+/// kube-aggregator's answer for an unavailable APIService (`http.Error`
+/// with "service unavailable").
+fn service_unavailable() -> Response<FaultBody> {
+    let mut r = Response::new(FaultBody::plain(ApiBody::full(Bytes::from_static(
+        b"service unavailable\n",
+    ))));
+    *r.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r.headers_mut().insert(
+        "x-content-type-options",
+        http::HeaderValue::from_static("nosniff"),
+    );
+    r
 }
 
 /// Response body of a [`FaultService`]: the server's body, or a watch

@@ -7,7 +7,11 @@
 //!
 //! Conditions follow Kubernetes 1.33: first `SuccessCriteriaMet` or
 //! `FailureTarget`, then — once no pod is running — `Complete` or
-//! `Failed` with `completionTime` on success. Pods get the
+//! `Failed` with `completionTime` on success. Pods the sync itself deletes
+//! count as no longer running (kube's `active -= deleted`), so the sync that
+//! deletes a finishing Job's last pods also finishes it; one that could not
+//! delete them all yet looks again after a second instead of relying on a
+//! pod event. Pods get the
 //! `batch.kubernetes.io/job-name` / `controller-uid` labels (and the legacy
 //! `job-name` / `controller-uid`). Failed pods are replaced after an
 //! exponential delay (`job_backoff_base` × 2^(failures-1), capped at 6
@@ -16,7 +20,7 @@
 //! counts never go down. Indexed completion mode and pod failure policies
 //! are not implemented.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +50,10 @@ pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
         .max_concurrent_reconciles(ctx.opts.concurrency)
         .register(reconcile);
 }
+
+/// How soon a finishing Job with pods it could not delete yet is looked at
+/// again.
+const FINISH_RETRY: Duration = Duration::from_secs(1);
 
 fn ts_add(t: jiff::Timestamp, secs: i64) -> jiff::Timestamp {
     t.checked_add(jiff::SignedDuration::from_secs(secs))
@@ -186,6 +194,10 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
 
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let mut create_err = None;
+    // Pods this sync deleted: no longer active from here on (kube's
+    // `active -= deleted`), so the sync that deletes a finishing Job's last
+    // pods also finishes it instead of leaving that to a later sync.
+    let mut deleted_now: HashSet<String> = HashSet::new();
     if ctx.expectations.satisfied(&key, &ctx.pods) {
         let want: i32 = if finishing || suspended {
             0
@@ -208,6 +220,7 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
                     Err(e) if crate::is_not_found(&e) => {}
                     Err(e) => return Err(ReconcileError::new(e)),
                 }
+                deleted_now.insert(pn);
             }
         } else if have < want {
             // Delay replacements after failures.
@@ -225,8 +238,16 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
 
     // Terminal conditions once nothing runs any more.
     let mut completion_time = old.completion_time.clone();
-    let still_active = pods.iter().any(|p| is_active(p));
-    if finishing && !still_active {
+    let running = |p: &&Arc<Pod>| {
+        is_active(p) && !deleted_now.contains(p.metadata.name.as_deref().unwrap_or_default())
+    };
+    let still_active = pods.iter().filter(running).count() as i32;
+    if finishing && still_active > 0 {
+        // Pods this sync could not delete (expectations not yet met): look
+        // again rather than wait for an event that may already have passed.
+        requeue = Some(requeue.map_or(FINISH_RETRY, |r| r.min(FINISH_RETRY)));
+    }
+    if finishing && still_active == 0 {
         if cond_true(&conds, "SuccessCriteriaMet") {
             set_cond(
                 &mut conds,
@@ -258,7 +279,7 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
         conds.retain(|c| c.type_ != "Suspended");
     }
     let active_now = if finishing {
-        still_active_count(&pods)
+        still_active
     } else {
         active.len() as i32
     };
@@ -297,10 +318,6 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
         Some(d) => Action::requeue(d),
         None => Action::await_change(),
     })
-}
-
-fn still_active_count(pods: &[Arc<Pod>]) -> i32 {
-    pods.iter().filter(|p| is_active(p)).count() as i32
 }
 
 /// How long to wait before replacing failed pods: base × 2^(failures-1)

@@ -132,3 +132,131 @@ pub async fn crontab_crd(client: &Client) -> ApiResource {
         plural: "crontabs".into(),
     }
 }
+
+/// A CRD `{plural}.{group}` of kind `kind` served at `versions` (the first
+/// is the storage version), namespaced or cluster-scoped, with an
+/// open schema. Returns once the server serves it at every version.
+pub async fn crd(
+    client: &Client,
+    group: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+    versions: &[&str],
+) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let vs: Vec<Value> = versions
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            json!({"name": v, "served": true, "storage": i == 0,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}})
+        })
+        .collect();
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": if namespaced { "Namespaced" } else { "Cluster" },
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind},
+            "versions": vs}
+    }))
+    .expect("crd");
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("create crd");
+    for v in versions {
+        let path = format!("{group}/{v}");
+        eventually(
+            &format!("{plural} served at {path}"),
+            Duration::from_secs(10),
+            || async {
+                client
+                    .list_api_group_resources(&path)
+                    .await
+                    .is_ok_and(|l| l.resources.iter().any(|r| r.name == plural))
+            },
+        )
+        .await;
+    }
+}
+
+/// The ApiResource of a custom resource.
+pub fn custom(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// Create a custom object `name` (in `ns`, or cluster-scoped when `None`).
+pub async fn custom_object(
+    client: &Client,
+    ar: &ApiResource,
+    ns: Option<&str>,
+    name: &str,
+    owners: Vec<Value>,
+) -> kube::api::DynamicObject {
+    let api: Api<kube::api::DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    };
+    let mut meta = json!({"name": name});
+    if !owners.is_empty() {
+        meta["ownerReferences"] = json!(owners);
+    }
+    let obj: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": ar.api_version, "kind": ar.kind, "metadata": meta, "spec": {"size": 1}
+    }))
+    .expect("object");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create custom object")
+}
+
+/// Create namespace `name`.
+pub async fn namespace(client: &Client, name: &str) {
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns = serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace");
+    nss.create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+}
+
+/// The core/v1 Events about `name` in `ns` with `reason`, as
+/// (type, message) pairs.
+pub async fn events_about(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> Vec<(String, String)> {
+    let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    api.list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .map(|e| (e.type_.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
+/// A client of `server` to which API group `group` is unavailable (503
+/// everywhere under `/apis/{group}`, as kube-aggregator answers for an
+/// APIService whose backend is down), and the fault handle to clear it.
+pub fn with_unavailable_group(
+    server: &ApiServer,
+    group: &str,
+) -> (kubeforge_testenv::FaultHandle, Client) {
+    use tower::Layer;
+    let faults = kubeforge_testenv::FaultHandle::new(
+        kubeforge_testenv::Faults::new().unavailable_groups([group]),
+    );
+    let client = Client::new(faults.layer().layer(server.service()), "default");
+    (faults, client)
+}

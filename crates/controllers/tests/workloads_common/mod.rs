@@ -13,7 +13,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kubeforge_apiserver::ApiServer;
 use kubeforge_controllers::Builtin;
 use kubeforge_controllers::workloads::{self, WorkloadOptions, Workloads};
@@ -142,7 +142,10 @@ pub fn kubelet(client: &Client, decide: impl Fn(&Pod) -> Fate + Send + Sync + 's
         let api: Api<Pod> = Api::all(client.clone());
         let seen: Arc<Mutex<BTreeMap<String, ()>>> = Arc::default();
         let mut n: u32 = 0;
-        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()));
+        // With backoff: at teardown the server's watches end at once, and a
+        // watcher retrying without a pause never yields, so the runtime's
+        // shutdown would wait on it forever.
+        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
         while let Some(ev) = stream.next().await {
             let pods = match ev {
                 Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => vec![p],
