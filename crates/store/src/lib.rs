@@ -167,6 +167,10 @@ pub struct DurableOptions {
     /// syncs at once. Default zero (sync each batch as soon as the previous
     /// sync ends); `kubeforge up` uses 2 ms.
     pub commit_gap: Duration,
+    /// The log file is extended ahead of its records in zero-filled steps
+    /// of this many bytes (synced), so that a commit's fsync does not also
+    /// have to journal a new file size. Default 4 MiB.
+    pub preallocate: u64,
 }
 
 impl Default for DurableOptions {
@@ -175,6 +179,7 @@ impl Default for DurableOptions {
             fsync: true,
             history: DEFAULT_HISTORY,
             commit_gap: Duration::ZERO,
+            preallocate: 4 << 20,
         }
     }
 }

@@ -156,6 +156,10 @@ fn create_first_log(vfs: &dyn Vfs, dir: &Path) -> io::Result<Box<dyn VfsFile>> {
 /// the live log and cuts back a torn tail. Blocking: run it off the runtime.
 pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered, StoreError> {
     create_dirs(vfs, dir)?;
+    // Also when the directory existed: an earlier open may have created it
+    // and failed before its entry was durable.
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    vfs.sync_dir(parent.unwrap_or(Path::new(".")))?;
     let lock = vfs.lock(dir)?;
     let mut logs = Vec::new();
     let mut tmps = Vec::new();
@@ -201,18 +205,15 @@ pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered, StoreError
     };
     // Only now that the newest log checked out: the others were superseded
     // by a completed compaction, a `.tmp` is an unfinished one.
-    let mut removed = false;
     for &old in logs.iter().filter(|&&s| s != seq) {
         vfs.remove(&log_path(dir, old))?;
-        removed = true;
     }
     for tmp in tmps {
         vfs.remove(&tmp)?;
-        removed = true;
     }
-    if removed {
-        vfs.sync_dir(dir)?;
-    }
+    // Always: the live log's entry may not be durable yet if an earlier
+    // open failed right after creating it.
+    vfs.sync_dir(dir)?;
     Ok(Recovered {
         state,
         dir: dir.to_owned(),

@@ -10,7 +10,7 @@
 //! the log is busy a batch waits up to that long after the previous sync for
 //! more writes to join it.
 //!
-//! The file is extended ahead of the records in zero-filled 4 MiB steps
+//! The file is extended ahead of the records in zero-filled steps (4 MiB)
 //! (synced), so that a commit's `fdatasync` overwrites allocated blocks
 //! instead of growing the file; recovery reads zeros as the end of the log,
 //! and a clean close trims the unused space.
@@ -44,8 +44,6 @@ use crate::{Event, KeyValue, Revision, StoreError};
 
 /// Stop draining the queue into one batch past this many buffered bytes.
 const MAX_BATCH_BYTES: usize = 8 << 20;
-/// Preallocation granularity of the log file.
-const PREALLOC_STEP: u64 = 4 << 20;
 
 /// Acknowledgement of one logged write.
 pub(crate) type Ack = oneshot::Sender<Result<(), StoreError>>;
@@ -84,6 +82,8 @@ struct Writer {
     allocated: u64,
     _lock: Box<dyn Send + Sync>,
     fsync: bool,
+    /// Preallocation granularity of the log file.
+    prealloc_step: u64,
     state: Arc<RwLock<State>>,
     hub: Arc<Hub>,
     failed: Arc<AtomicBool>,
@@ -125,6 +125,7 @@ pub(crate) fn spawn_writer(
         allocated: rec.len,
         _lock: rec.lock,
         fsync: opts.fsync,
+        prealloc_step: opts.preallocate.max(4096),
         commit_gap: opts.commit_gap,
         state: shared.state,
         hub: shared.hub,
@@ -292,10 +293,8 @@ impl Writer {
     /// still need a metadata update on first write. Recovery reads zeros as
     /// the end of the log.
     fn preallocate(&mut self, end: u64) -> io::Result<()> {
-        let target = end
-            .div_ceil(PREALLOC_STEP)
-            .saturating_add(1)
-            .saturating_mul(PREALLOC_STEP);
+        let step = self.prealloc_step;
+        let target = end.div_ceil(step).saturating_add(1).saturating_mul(step);
         let zeros = vec![0u8; 256 << 10];
         let mut at = self.allocated;
         while at < target {
