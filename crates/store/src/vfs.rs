@@ -55,7 +55,7 @@ pub trait VfsFile: Send + Sync {
     /// Sets the file's length, cutting or zero-extending it.
     fn set_len(&mut self, len: u64) -> io::Result<()>;
     /// The file's length.
-    fn len(&self) -> io::Result<u64>;
+    fn size(&self) -> io::Result<u64>;
 }
 
 /// Writes all of `buf` at `offset`, continuing after short writes.
@@ -131,7 +131,7 @@ impl VfsFile for StdFile {
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
     }
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
 }

@@ -183,7 +183,7 @@ pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered, StoreError
         Some(&seq) => {
             let path = log_path(dir, seq);
             let mut file = vfs.open(&path)?;
-            let file_len = file.len()?;
+            let file_len = file.size()?;
             if file_len < MAGIC.len() as u64 {
                 if seq != 1 || logs.len() > 1 {
                     return Err(corrupt(

@@ -7,6 +7,7 @@
 //! never reuse a revision a client saw, and have delivered a gap-free watch.
 //!
 //! `KUBEFORGE_CRASH_SEEDS=<n>` runs n seeds instead of the default few.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap
 
 mod common;
 

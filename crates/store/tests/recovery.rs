@@ -2,6 +2,7 @@
 //! write is not yet durable: corruption is an error naming the file and
 //! offset, a torn tail is cut off, a failed sync leaves nothing behind, and
 //! no read returns an unacknowledged write.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap
 
 mod common;
 

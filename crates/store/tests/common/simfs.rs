@@ -249,7 +249,7 @@ impl SimFs {
                 let b = b.min(inode.data.len());
                 if a < b {
                     // Keep a prefix of the unsynced range (often none).
-                    let n = if r % 3 == 0 {
+                    let n = if r.is_multiple_of(3) {
                         0
                     } else {
                         (r >> 8) as usize % (b - a + 1)
@@ -414,7 +414,7 @@ impl VfsFile for SimFile {
         Ok(())
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self.sim()?.inodes[&self.inode].data.len() as u64)
     }
 }
