@@ -512,7 +512,8 @@ impl Store {
     /// watches from before it get Compacted. Durable backend: also rewrites
     /// the log as a snapshot of the live keys, so it does not grow without
     /// bound — written and synced on a blocking thread while writes go on,
-    /// then switched to atomically and durably (see [`writer`]).
+    /// then switched to atomically and durably: the writer appends what
+    /// was logged meanwhile, renames it into place and syncs the directory.
     pub async fn compact(&self, revision: Revision) -> Result<(), StoreError> {
         let (Some(tx), Some((vfs, dir))) = (&self.inner.wal, &self.inner.disk) else {
             if self.inner.closed.load(Ordering::Relaxed) {
