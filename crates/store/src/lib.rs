@@ -2,13 +2,13 @@
 //!
 //! One global [`Revision`] grows by one on every write; each key carries its
 //! `create_revision`, `mod_revision` and `version`. Writes are compare-and-swap
-//! on the key's `mod_revision`; reads see the latest state; watchers receive
+//! on the key's `mod_revision`; reads see the latest durable state; watchers receive
 //! every change under a prefix from a given revision on, with the previous
 //! value, until the history they need has been compacted.
 //!
 //! Two backends share this API: [`Store::memory`] and [`Store::open`]
 //! (durable: an append-only log with group commit, fsync before a write is
-//! acknowledged, replayed on open). Values are [`Bytes`], shared (not
+//! visible or acknowledged, replayed on open; corruption refuses to open). Values are [`Bytes`], shared (not
 //! copied) between the live state, the watch history and every watcher.
 //!
 //! ```

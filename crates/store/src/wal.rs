@@ -309,7 +309,7 @@ fn replay(
             return Err(corrupt(path, good, format!("bad snapshot entry ({why})")));
         }
         let tail = read_tail(file, good, file_len)?;
-        if let Some(at) = (1..tail.len()).find(|&at| intact_record_at(&tail, at)) {
+        if let Some(at) = intact_record_after(&tail) {
             return Err(corrupt(
                 path,
                 good,
@@ -336,6 +336,22 @@ fn replay(
     }
     tracing::debug!(log = %path.display(), records = index, revision = state.revision(), keys = state.len(), "replayed log");
     Ok((state, good, fresh))
+}
+
+/// The offset of the first intact record in `tail` after its first byte.
+fn intact_record_after(tail: &[u8]) -> Option<usize> {
+    let mut at = 1;
+    while at < tail.len() {
+        // A record's length is at least its fixed fields: one of its four
+        // bytes is not zero, so zero runs (preallocated space) are skipped.
+        let first = at + tail[at..].iter().position(|&b| b != 0)?;
+        let from = first.saturating_sub(3).max(at);
+        if let Some(found) = (from..=first).find(|&c| intact_record_at(tail, c)) {
+            return Some(found);
+        }
+        at = first + 1;
+    }
+    None
 }
 
 /// The bytes of `file` from `offset` to `len`.

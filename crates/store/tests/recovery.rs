@@ -50,6 +50,13 @@ async fn a_flipped_bit_in_the_middle_of_the_log_refuses_to_open() {
     let msg = corrupt_message(Store::open(&dir, DurableOptions::default()).await);
     assert!(msg.contains(&log.display().to_string()), "{msg}");
     assert!(msg.contains("at byte"), "{msg}");
+    // A length that points past the end of the file is no torn write
+    // either while intact records follow it.
+    let mut long = before.clone();
+    long[8 + 2] ^= 0x40;
+    std::fs::write(&log, &long).unwrap();
+    let msg = corrupt_message(Store::open(&dir, DurableOptions::default()).await);
+    assert!(msg.contains("at byte 8:"), "{msg}");
     // Nothing was cut off: restoring the bit opens every write.
     assert_eq!(std::fs::metadata(&log).unwrap().len(), len);
     std::fs::write(&log, before).unwrap();
