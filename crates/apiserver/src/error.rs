@@ -257,6 +257,23 @@ impl ApiError {
         e
     }
 
+    /// 504 Timeout for a read or watch at a revision the store has not
+    /// reached: kube's `storage.NewTooLargeResourceVersionError` (a
+    /// `NewTimeoutError`, so "Timeout: " leads the message, retry after
+    /// 1 s, cause `ResourceVersionTooLarge`).
+    pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
+        let mut e = Self::timeout(format!(
+            "Timeout: Too large resource version: {requested}, current: {current}"
+        ));
+        e.details.retry_after = Some(1);
+        e.details.causes.push(Cause {
+            reason: "ResourceVersionTooLarge".into(),
+            message: "Too large resource version".into(),
+            field: String::new(),
+        });
+        e
+    }
+
     /// 504 Timeout.
     pub fn timeout(message: impl Into<String>) -> Self {
         Self::new(504, "Timeout", message)

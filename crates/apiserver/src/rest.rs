@@ -333,11 +333,9 @@ fn list_revision(ctx: &Ctx<'_>, token_rv: Option<u64>) -> ApiResult<Option<u64>>
         }
         return Ok(token_rv);
     }
-    if let Some(rv) = rv.filter(|r| *r > store.current_revision()) {
-        return Err(ApiError::timeout(format!(
-            "Too large resource version: {rv}, current: {}",
-            store.current_revision()
-        )));
+    let current = store.current_revision();
+    if let Some(rv) = rv.filter(|r| *r > current) {
+        return Err(ApiError::too_large_resource_version(rv, current));
     }
     match (matching, rv) {
         (Some("Exact"), Some(0)) => Err(ApiError::bad_request(

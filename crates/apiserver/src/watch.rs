@@ -173,24 +173,39 @@ pub async fn watch(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
         fields,
     };
     let (tx, rx) = mpsc::channel::<Bytes>(256);
-    let (initial, start) = match rv {
-        Some(rv) if rv != "0" && !send_initial => {
-            let rev: u64 = rv
-                .parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?;
-            (Vec::new(), rev)
-        }
+    let parsed = match rv.filter(|rv| *rv != "0") {
+        Some(rv) => Some(
+            rv.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?,
+        ),
+        None => None,
+    };
+    // The store only shows durable revisions, so a revision above the
+    // current one was never handed out. As in kube-apiserver's cacher, a
+    // plain watch from it is accepted (it gets the events past it); one
+    // that asks for the initial events at it first is answered with an
+    // ERROR event carrying "Too large resource version" (kube waits up to
+    // 3 s for its cache first; the store is never behind itself).
+    let mut too_large = None;
+    let (initial, start) = match parsed {
+        Some(rev) if !send_initial => (Vec::new(), rev),
         _ => {
             let r = store.range(&prefix, None, 0);
+            if let Some(rev) = parsed.filter(|rev| *rev > r.revision) {
+                too_large = Some(ApiError::too_large_resource_version(rev, r.revision));
+            }
             (r.kvs, r.revision)
         }
     };
-    let watcher = store.watch(&prefix, start);
+    let watcher = match too_large {
+        Some(e) => Err(e),
+        None => store.watch(&prefix, start).map_err(ApiError::from),
+    };
     tokio::spawn(async move {
         let mut watcher = match watcher {
             Ok(w) => w,
             Err(e) => {
-                let _ = tx.send(error_event(&ApiError::from(e))).await;
+                let _ = tx.send(error_event(&e)).await;
                 return;
             }
         };

@@ -2,13 +2,13 @@
 //!
 //! One global [`Revision`] grows by one on every write; each key carries its
 //! `create_revision`, `mod_revision` and `version`. Writes are compare-and-swap
-//! on the key's `mod_revision`; reads see the latest state; watchers receive
+//! on the key's `mod_revision`; reads see the latest durable state; watchers receive
 //! every change under a prefix from a given revision on, with the previous
 //! value, until the history they need has been compacted.
 //!
 //! Two backends share this API: [`Store::memory`] and [`Store::open`]
 //! (durable: an append-only log with group commit, fsync before a write is
-//! acknowledged, replayed on open). Values are [`Bytes`], shared (not
+//! visible or acknowledged, replayed on open; corruption refuses to open). Values are [`Bytes`], shared (not
 //! copied) between the live state, the watch history and every watcher.
 //!
 //! ```
@@ -24,15 +24,15 @@
 //! # }).unwrap();
 //! ```
 
-mod crc;
 mod hub;
 mod record;
 mod state;
+pub mod vfs;
 mod wal;
 mod writer;
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, mpsc};
 use std::time::Duration;
@@ -43,6 +43,7 @@ use tokio::sync::oneshot;
 use hub::Hub;
 pub use hub::Watcher;
 use state::State;
+pub use vfs::{StdVfs, Vfs, VfsFile};
 
 /// A point in the store's history: the number of writes made so far.
 pub type Revision = u64;
@@ -166,6 +167,10 @@ pub struct DurableOptions {
     /// syncs at once. Default zero (sync each batch as soon as the previous
     /// sync ends); `kubeforge up` uses 2 ms.
     pub commit_gap: Duration,
+    /// The log file is extended ahead of its records in zero-filled steps
+    /// of this many bytes (synced), so that a commit's fsync does not also
+    /// have to journal a new file size. Default 4 MiB.
+    pub preallocate: u64,
 }
 
 impl Default for DurableOptions {
@@ -174,6 +179,7 @@ impl Default for DurableOptions {
             fsync: true,
             history: DEFAULT_HISTORY,
             commit_gap: Duration::ZERO,
+            preallocate: 4 << 20,
         }
     }
 }
@@ -188,21 +194,26 @@ const DEFAULT_HISTORY: usize = 100_000;
 /// closures must be quick and must not call back into the store (that would
 /// deadlock).
 ///
-/// Durable backend: a write is applied to the in-memory state when it is
-/// ordered, so reads (`get`, `range`, `current_revision`) can see it up to
-/// one group commit (typically well under a millisecond) before it is on
-/// disk; it is acknowledged to its caller, and delivered to watchers, only
-/// after the fsync. A crash in that window loses the write, which was never
-/// acknowledged. If the log cannot be written the store refuses all later
-/// writes (`Io`) and ends its watches; reopen it to recover from disk.
+/// Durable backend: a write is ordered (checked and given its revision)
+/// under the lock, but reads (`get`, `range`, `current_revision`) see it,
+/// watchers receive it and its caller gets its answer only once it is on
+/// disk (fsynced): nothing a client can observe is lost by a crash, and a
+/// revision it has seen is never reused. If the log cannot be written the
+/// store cuts it back to its last synced record, refuses all later writes
+/// (`Io`) and ends its watches; reads go on serving the durable state;
+/// reopen it to write again.
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    state: RwLock<State>,
+    state: Arc<RwLock<State>>,
     hub: Arc<Hub>,
+    /// Durable backend: its file system and directory.
+    disk: Option<(Arc<dyn Vfs>, PathBuf)>,
+    /// Held while a compaction runs (one at a time).
+    compacting: tokio::sync::Mutex<()>,
     /// Queue to the log writer thread; `None` for the memory backend.
     wal: Option<mpsc::Sender<writer::Command>>,
     /// Set under the state write lock by [`Store::close`].
@@ -236,8 +247,10 @@ impl Store {
     pub fn memory_with_history(history: usize) -> Store {
         Store {
             inner: Arc::new(Inner {
-                state: RwLock::new(State::default()),
+                state: Arc::new(RwLock::new(State::default())),
                 hub: Arc::new(Hub::new(history, 0)),
+                disk: None,
+                compacting: tokio::sync::Mutex::new(()),
                 wal: None,
                 closed: AtomicBool::new(false),
                 failed: Arc::new(AtomicBool::new(false)),
@@ -250,24 +263,54 @@ impl Store {
     /// log on a blocking thread. Watches can start from the replayed
     /// revision on (`compacted_revision() == current_revision()`).
     ///
-    /// Fails with `Io(WouldBlock)` if another open store holds `dir`.
+    /// Fails with `Io(WouldBlock)` if another open store holds `dir`, and
+    /// with `Corrupt` (naming the file and offset) if the log holds a bad
+    /// record that is not a torn tail: acknowledged data is never dropped.
     pub async fn open(dir: &Path, opts: DurableOptions) -> Result<Store, StoreError> {
+        Store::open_with(Arc::new(StdVfs), dir, opts).await
+    }
+
+    /// [`Store::open`] over another file system (tests simulate crashes
+    /// and I/O errors with one).
+    pub async fn open_with(
+        vfs: Arc<dyn Vfs>,
+        dir: &Path,
+        opts: DurableOptions,
+    ) -> Result<Store, StoreError> {
         let owned = dir.to_owned();
-        let mut rec = tokio::task::spawn_blocking(move || wal::recover(&owned))
+        let fs = vfs.clone();
+        let mut rec = tokio::task::spawn_blocking(move || wal::recover(&*fs, &owned))
             .await
             .map_err(|e| {
                 StoreError::Io(io::Error::other(format!("log recovery task failed: {e}")))
             })??;
-        let state = std::mem::take(&mut rec.state);
-        let hub = Arc::new(Hub::new(opts.history, state.revision()));
+        let mut state = std::mem::take(&mut rec.state);
+        state.defer_writes(state::LogPos {
+            seq: rec.seq,
+            offset: rec.len,
+            fresh: rec.fresh,
+        });
+        let revision = state.revision();
+        let keys = state.len();
+        let state = Arc::new(RwLock::new(state));
+        let hub = Arc::new(Hub::new(opts.history, revision));
         let failed = Arc::new(AtomicBool::new(false));
         let syncs = Arc::new(AtomicU64::new(0));
-        let tx = writer::spawn_writer(rec, &opts, hub.clone(), failed.clone(), syncs.clone())?;
-        tracing::info!(dir = %dir.display(), revision = state.revision(), keys = state.len(), "opened durable store");
+        let shared = writer::Shared {
+            vfs: vfs.clone(),
+            state: state.clone(),
+            hub: hub.clone(),
+            failed: failed.clone(),
+            syncs: syncs.clone(),
+        };
+        let tx = writer::spawn_writer(rec, &opts, shared)?;
+        tracing::info!(dir = %dir.display(), revision, keys, "opened durable store");
         Ok(Store {
             inner: Arc::new(Inner {
-                state: RwLock::new(state),
+                state,
                 hub,
+                disk: Some((vfs, dir.to_owned())),
+                compacting: tokio::sync::Mutex::new(()),
                 wal: Some(tx),
                 closed: AtomicBool::new(false),
                 failed,
@@ -303,7 +346,7 @@ impl Store {
         self.inner.wal.is_some()
     }
 
-    /// Revision of the last write (0 for an empty store).
+    /// Revision of the last durable write (0 for an empty store).
     pub fn current_revision(&self) -> Revision {
         self.read().revision()
     }
@@ -313,7 +356,7 @@ impl Store {
         self.inner.hub.compacted_revision()
     }
 
-    /// The latest state of `key`.
+    /// The latest durable state of `key`.
     pub fn get(&self, key: &str) -> Option<KeyValue> {
         self.read().get(key)
     }
@@ -468,32 +511,63 @@ impl Store {
     /// revision; at or below the compacted revision it changes nothing), so
     /// watches from before it get Compacted. Durable backend: also rewrites
     /// the log as a snapshot of the live keys, so it does not grow without
-    /// bound (new file, fsync, rename, fsync directory; O(live data)).
+    /// bound — written and synced on a blocking thread while writes go on,
+    /// then switched to atomically and durably: the writer appends what
+    /// was logged meanwhile, renames it into place and syncs the directory.
     pub async fn compact(&self, revision: Revision) -> Result<(), StoreError> {
-        let Some(tx) = &self.inner.wal else {
+        let (Some(tx), Some((vfs, dir))) = (&self.inner.wal, &self.inner.disk) else {
             if self.inner.closed.load(Ordering::Relaxed) {
                 return Err(StoreError::Closed);
             }
             self.inner.hub.compact(revision);
             return Ok(());
         };
-        let rx = {
-            // A read lock excludes writers, so the snapshot covers exactly
-            // the writes queued before the command.
-            let state = self.read();
+        let _one = self.inner.compacting.lock().await;
+        {
+            let _state = self.read();
             if self.inner.closed.load(Ordering::Relaxed) {
                 return Err(StoreError::Closed);
             }
+            if self.inner.failed.load(Ordering::Acquire) {
+                return Err(StoreError::Io(io::Error::other(
+                    "an earlier write-ahead log write failed; reopen the store",
+                )));
+            }
             self.inner.hub.compact(revision);
-            let (done, rx) = oneshot::channel();
-            let cmd = writer::Command::Compact {
-                snapshot: state.snapshot(),
-                revision: state.revision(),
-                done,
+        }
+        let (vfs, dir, state) = (vfs.clone(), dir.clone(), self.inner.state.clone());
+        let written = tokio::task::spawn_blocking(move || {
+            // The published state and the log position it ends at, read
+            // together: the log's records after that offset are the writes
+            // after the snapshot.
+            let (snapshot, revision, log) = {
+                let state = state.read().unwrap_or_else(PoisonError::into_inner);
+                if state.log.fresh {
+                    return Ok(None);
+                }
+                (state.snapshot(), state.revision(), state.log)
             };
-            tx.send(cmd).map_err(|_| StoreError::Closed)?;
-            rx
+            let (file, len) =
+                writer::write_snapshot(&*vfs, &dir, log.seq + 1, &snapshot, revision)?;
+            Ok::<_, io::Error>(Some((file, len, log)))
+        })
+        .await
+        .map_err(|e| StoreError::Io(io::Error::other(format!("compaction task failed: {e}"))))?;
+        let Some((file, len, log)) = written.inspect_err(|e| {
+            tracing::warn!(error = %e, "log compaction failed; keeping the old log");
+        })?
+        else {
+            return Ok(()); // Already a snapshot with nothing after it.
         };
+        let (done, rx) = oneshot::channel();
+        let cmd = writer::Command::Switch {
+            file,
+            len,
+            base_seq: log.seq,
+            from: log.offset,
+            done,
+        };
+        tx.send(cmd).map_err(|_| StoreError::Closed)?;
         rx.await.unwrap_or(Err(StoreError::Closed))
     }
 

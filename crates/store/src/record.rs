@@ -6,15 +6,17 @@
 //! snapshot-put (one live key of that snapshot). A log file starts with an
 //! 8-byte magic.
 //!
-//! Decoding tells a torn or damaged record (checksum, length or EOF: the log
-//! ends before it) from a record that checks out but makes no sense
-//! ([`StoreError::Corrupt`]).
+//! Decoding tells a record that does not check out (checksum, length, or
+//! the file ends inside it: [`Next::Bad`]) from one that checks out but
+//! makes no sense ([`StoreError::Corrupt`]); whether a bad record is a torn
+//! tail or corruption is the log's call ([`crate::wal`]), which looks at what
+//! follows it ([`intact_record_at`]). The CRC is CRC-32 (IEEE, the
+//! polynomial of zlib and etcd's WAL) through `crc32fast`.
 
 use std::io::{self, Read};
 
 use bytes::Bytes;
 
-use crate::crc::crc32;
 use crate::{Event, EventKind, Revision, StoreError};
 
 /// First bytes of every log file (format version in the last byte).
@@ -54,7 +56,7 @@ pub(crate) fn encode(
     buf.extend_from_slice(key.as_bytes());
     buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
     buf.extend_from_slice(value);
-    let crc = crc32(&buf[start + FRAME_HEADER..]);
+    let crc = crc32fast::hash(&buf[start + FRAME_HEADER..]);
     buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -89,8 +91,8 @@ pub(crate) enum Next {
     Record(Record),
     /// Clean end of file.
     End,
-    /// An incomplete or damaged record: the log ends before it.
-    Torn(&'static str),
+    /// An incomplete or damaged record (why): a torn tail or corruption.
+    Bad(&'static str),
 }
 
 /// Reads into `buf` until it is full or the input ends; returns bytes read.
@@ -144,20 +146,20 @@ pub(crate) fn read_record(r: &mut impl Read, payload: &mut Vec<u8>) -> Result<Ne
     match read_full(r, &mut header)? {
         0 => return Ok(Next::End),
         FRAME_HEADER => {}
-        _ => return Ok(Next::Torn("truncated record header")),
+        _ => return Ok(Next::Bad("truncated record header")),
     }
     let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
     let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
     if !(PAYLOAD_HEADER..=MAX_PAYLOAD).contains(&len) {
-        return Ok(Next::Torn("impossible record length"));
+        return Ok(Next::Bad("impossible record length"));
     }
     payload.clear();
     payload.resize(len, 0);
     if read_full(r, payload)? != len {
-        return Ok(Next::Torn("truncated record payload"));
+        return Ok(Next::Bad("truncated record payload"));
     }
-    if crc32(payload) != crc {
-        return Ok(Next::Torn("record checksum mismatch"));
+    if crc32fast::hash(payload) != crc {
+        return Ok(Next::Bad("record checksum mismatch"));
     }
     let mut c = Cursor { data: payload };
     let op = c.take(1)?[0];
@@ -182,6 +184,21 @@ pub(crate) fn read_record(r: &mut impl Read, payload: &mut Vec<u8>) -> Result<Ne
     }))
 }
 
+/// Whether an intact record (a plausible length, all of it inside `buf`, a
+/// matching checksum) starts at `buf[at..]`.
+pub(crate) fn intact_record_at(buf: &[u8], at: usize) -> bool {
+    let Some(header) = buf.get(at..at + FRAME_HEADER) else {
+        return false;
+    };
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    if !(PAYLOAD_HEADER..=MAX_PAYLOAD).contains(&len) {
+        return false;
+    }
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    buf.get(at + FRAME_HEADER..at + FRAME_HEADER + len)
+        .is_some_and(|payload| crc32fast::hash(payload) == crc)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,7 +211,7 @@ mod tests {
             match read_record(&mut r, &mut payload) {
                 Ok(Next::Record(rec)) => out.push(rec),
                 Ok(Next::End) => return (out, None),
-                Ok(Next::Torn(why)) => return (out, Some(why)),
+                Ok(Next::Bad(why)) => return (out, Some(why)),
                 Err(e) => panic!("unexpected error {e}"),
             }
         }
@@ -239,6 +256,17 @@ mod tests {
     }
 
     #[test]
+    fn checksum_is_crc32_ieee_as_logs_were_written() {
+        // The store's own table-driven CRC gave these: crc32fast computes
+        // the same polynomial, so existing logs still open.
+        assert_eq!(crc32fast::hash(b"123456789"), 0xCBF4_3926);
+        assert_eq!(
+            crc32fast::hash(b"The quick brown fox jumps over the lazy dog"),
+            0x414F_A339
+        );
+    }
+
+    #[test]
     fn valid_checksum_with_bad_fields_is_corrupt() {
         // A record whose key length points past the payload.
         let mut payload = vec![OP_PUT];
@@ -248,7 +276,7 @@ mod tests {
         payload.extend_from_slice(&1000u32.to_le_bytes());
         payload.extend_from_slice(&0u32.to_le_bytes());
         let mut buf = (payload.len() as u32).to_le_bytes().to_vec();
-        buf.extend_from_slice(&crc32(&payload).to_le_bytes());
+        buf.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
         buf.extend_from_slice(&payload);
         let mut r = &buf[..];
         let mut scratch = Vec::new();

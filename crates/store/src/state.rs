@@ -3,8 +3,15 @@
 //! assignment and the construction of the resulting [`Event`] all happen
 //! here, under the caller's write lock, so both backends decide ordering the
 //! same way.
+//!
+//! The durable backend orders a write before it is on disk: its change then
+//! waits in `pending` (which later writes' checks consult) and reaches the
+//! map that reads see only when the log writer commits it after the fsync.
+//! Reads, list revisions and watch starts therefore only ever see durable
+//! revisions, and a revision a client has seen is never reused after a
+//! crash.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::{Arc, OnceLock};
 
@@ -15,11 +22,89 @@ use crate::{Event, EventKind, KeyValue, RangeResult, Revision, StoreError};
 /// Latest value of every live key, and the revision of the last write.
 #[derive(Debug, Default)]
 pub(crate) struct State {
+    /// The published (durable) key space.
     map: BTreeMap<Arc<str>, KeyValue>,
+    /// Revision of the last published write.
     revision: Revision,
+    /// Durable backend: keys changed by writes ordered but not yet durable,
+    /// with the revision and state (None: deleted) of their newest change.
+    pending: HashMap<Arc<str>, (Revision, Option<KeyValue>)>,
+    /// Revision of the last ordered write (at least `revision`).
+    ordered: Revision,
+    /// Whether changes wait in `pending` until committed (durable backend).
+    deferred: bool,
+    /// Where the durable log stood when `revision` was published.
+    pub(crate) log: LogPos,
+}
+
+/// A position in the durable log, as of the published revision.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LogPos {
+    /// Sequence number of the live log.
+    pub(crate) seq: u64,
+    /// End of its last published record.
+    pub(crate) offset: u64,
+    /// Whether it is a snapshot with nothing after it.
+    pub(crate) fresh: bool,
 }
 
 impl State {
+    /// Makes later writes wait in `pending` until [`State::commit`].
+    pub(crate) fn defer_writes(&mut self, log: LogPos) {
+        self.deferred = true;
+        self.ordered = self.revision;
+        self.log = log;
+    }
+
+    /// The newest ordered state of `key` (pending or published).
+    fn latest(&self, key: &str) -> Option<&KeyValue> {
+        if !self.pending.is_empty()
+            && let Some((_, kv)) = self.pending.get(key)
+        {
+            return kv.as_ref();
+        }
+        self.map.get(key)
+    }
+
+    /// Records an ordered change at revision `rev`.
+    fn record(&mut self, key: Arc<str>, rev: Revision, kv: Option<KeyValue>) {
+        self.ordered = rev;
+        if self.deferred {
+            self.pending.insert(key, (rev, kv));
+            return;
+        }
+        match kv {
+            Some(kv) => {
+                self.map.insert(key, kv);
+            }
+            None => {
+                self.map.remove(&key);
+            }
+        }
+        self.revision = rev;
+    }
+
+    /// Publishes an ordered event (durable backend, after its fsync).
+    pub(crate) fn commit(&mut self, event: &Event) {
+        let kv = &event.kv;
+        match event.kind {
+            EventKind::Put => {
+                self.map.insert(kv.key.clone(), kv.clone());
+            }
+            EventKind::Delete => {
+                self.map.remove(&*kv.key);
+            }
+        }
+        self.revision = kv.mod_revision;
+        if self
+            .pending
+            .get(&*kv.key)
+            .is_some_and(|(rev, _)| *rev == kv.mod_revision)
+        {
+            self.pending.remove(&*kv.key);
+        }
+    }
+
     /// Revision of the last write (0 for an empty, never-written store).
     pub(crate) fn revision(&self) -> Revision {
         self.revision
@@ -94,12 +179,12 @@ impl State {
         key: &str,
         value: impl FnOnce(Revision) -> Bytes,
     ) -> Result<Event, StoreError> {
-        if self.map.contains_key(key) {
+        if self.latest(key).is_some() {
             return Err(StoreError::AlreadyExists {
                 key: key.to_owned(),
             });
         }
-        let rev = self.revision + 1;
+        let rev = self.ordered + 1;
         let value = value(rev);
         check_size(key, &value)?;
         let key: Arc<str> = Arc::from(key);
@@ -110,8 +195,7 @@ impl State {
             mod_revision: rev,
             version: 1,
         };
-        self.map.insert(key, kv.clone());
-        self.revision = rev;
+        self.record(key, rev, Some(kv.clone()));
         Ok(Event {
             kind: EventKind::Put,
             kv,
@@ -128,8 +212,8 @@ impl State {
         expected: Option<Revision>,
         value: impl FnOnce(Revision) -> Bytes,
     ) -> Result<Event, StoreError> {
-        let rev = self.revision + 1;
-        let slot = self.map.get_mut(key).ok_or_else(|| StoreError::NotFound {
+        let rev = self.ordered + 1;
+        let slot = self.latest(key).ok_or_else(|| StoreError::NotFound {
             key: key.to_owned(),
         })?;
         check_expected(slot, expected)?;
@@ -142,8 +226,8 @@ impl State {
             mod_revision: rev,
             version: slot.version + 1,
         };
-        let prev = std::mem::replace(slot, kv.clone());
-        self.revision = rev;
+        let prev = slot.clone();
+        self.record(kv.key.clone(), rev, Some(kv.clone()));
         Ok(Event {
             kind: EventKind::Put,
             kv,
@@ -160,15 +244,14 @@ impl State {
         expected: Option<Revision>,
         tombstone: impl FnOnce(Revision, &KeyValue) -> Bytes,
     ) -> Result<Event, StoreError> {
-        let rev = self.revision + 1;
-        let current = self.map.get(key).ok_or_else(|| StoreError::NotFound {
+        let rev = self.ordered + 1;
+        let current = self.latest(key).ok_or_else(|| StoreError::NotFound {
             key: key.to_owned(),
         })?;
         check_expected(current, expected)?;
         let value = tombstone(rev, current);
-        let prev = self.map.remove(key).ok_or_else(|| StoreError::NotFound {
-            key: key.to_owned(),
-        })?;
+        let prev = current.clone();
+        self.record(prev.key.clone(), rev, None);
         let kv = KeyValue {
             key: prev.key.clone(),
             value,
@@ -176,7 +259,6 @@ impl State {
             mod_revision: rev,
             version: prev.version,
         };
-        self.revision = rev;
         Ok(Event {
             kind: EventKind::Delete,
             kv,
@@ -188,6 +270,7 @@ impl State {
     /// Applies a replayed put: the key's full state as logged.
     pub(crate) fn replay_put(&mut self, kv: KeyValue) {
         self.revision = self.revision.max(kv.mod_revision);
+        self.ordered = self.revision;
         match self.map.get_mut(&*kv.key) {
             Some(slot) => {
                 *slot = KeyValue {
@@ -204,12 +287,14 @@ impl State {
     /// Applies a replayed delete; false when the key was not live.
     pub(crate) fn replay_delete(&mut self, key: &str, revision: Revision) -> bool {
         self.revision = self.revision.max(revision);
+        self.ordered = self.revision;
         self.map.remove(key).is_some()
     }
 
     /// Raises the revision to at least `revision` (a snapshot header).
     pub(crate) fn replay_revision(&mut self, revision: Revision) {
         self.revision = self.revision.max(revision);
+        self.ordered = self.revision;
     }
 }
 

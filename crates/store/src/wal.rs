@@ -2,22 +2,34 @@
 //!
 //! A store directory holds `LOCK` (held with an advisory lock while a store
 //! has it open) and one live log file `wal-<seq>.log` of records (see
-//! [`crate::record`]), written by [`crate::writer`]. A compaction writes
-//! `wal-<seq+1>.log.tmp` and renames it into place once it is complete and
-//! synced, so recovery uses the highest-numbered log, removes the others
-//! and any `.tmp`, replays it, and truncates a torn or corrupt tail (or the
-//! zero-filled preallocated space after the last record).
+//! [`crate::record`]), written by [`crate::writer`]. Log 1 is created in
+//! place; every later log is written by a compaction as
+//! `wal-<seq>.log.tmp`, synced, renamed into place and the directory synced,
+//! so a log numbered above 1 is complete from its first byte: it starts with
+//! a snapshot header whose `version` field counts the snapshot entries that
+//! follow it.
+//!
+//! Recovery replays the highest-numbered log and only once it has checked
+//! out removes the others and any `.tmp`. A bad record (checksum, length, or
+//! the file ends inside it) is a torn tail — the remains of a write that was
+//! never acknowledged — only when no intact record follows it: the rest of
+//! the file is zeros (preallocated space) or debris of that write. The log
+//! is then cut back to the bad record. Anything else is corruption, and
+//! opening fails with [`StoreError::Corrupt`] naming the file and offset,
+//! as etcd's WAL does with `ErrCRCMismatch`: a bad record with intact ones
+//! after it, a bad snapshot header or entry, a log above 1 shorter than its
+//! magic. Acknowledged data is never truncated.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::record::{
-    FRAME_HEADER, MAGIC, Next, OP_DELETE, OP_PUT, OP_SNAPSHOT, OP_SNAPSHOT_PUT, Record, read_full,
-    read_record,
+    FRAME_HEADER, MAGIC, Next, OP_DELETE, OP_PUT, OP_SNAPSHOT, OP_SNAPSHOT_PUT, Record,
+    intact_record_at, read_record,
 };
 use crate::state::State;
+use crate::vfs::{Reader, Vfs, VfsFile, read_full_at, write_all_at};
 use crate::{KeyValue, StoreError};
 
 pub(crate) fn log_path(dir: &Path, seq: u64) -> PathBuf {
@@ -28,29 +40,39 @@ pub(crate) fn tmp_path(dir: &Path, seq: u64) -> PathBuf {
     dir.join(format!("wal-{seq:020}.log.tmp"))
 }
 
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+/// A [`StoreError::Corrupt`] naming the file and offset.
+fn corrupt(path: &Path, offset: u64, what: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{} at byte {offset}: {what}", path.display()))
 }
 
-/// Applies one replayed record to `state`.
-fn apply(state: &mut State, rec: Record, offset: u64) -> Result<(), StoreError> {
-    let corrupt = |what: &str| {
-        Err(StoreError::Corrupt(format!(
-            "record at byte {offset}: {what}"
-        )))
-    };
+/// Applies one replayed record to `state`; `index` = its position in the
+/// log (0 = first record); `in_snapshot` = whether that position is inside
+/// the log's counted snapshot (None: not known, a log written before the
+/// header counted its entries).
+fn apply(
+    state: &mut State,
+    rec: Record,
+    index: u64,
+    in_snapshot: Option<bool>,
+) -> Result<(), String> {
     match rec.op {
-        OP_PUT | OP_DELETE if rec.revision <= state.revision() => corrupt(&format!(
+        OP_PUT | OP_DELETE if in_snapshot == Some(true) => {
+            Err("a log record inside the snapshot".into())
+        }
+        OP_SNAPSHOT_PUT if in_snapshot == Some(false) => {
+            Err("a snapshot entry outside the snapshot".into())
+        }
+        OP_PUT | OP_DELETE if rec.revision <= state.revision() => Err(format!(
             "revision {} does not follow {}",
             rec.revision,
             state.revision()
         )),
         OP_PUT | OP_SNAPSHOT_PUT => {
             if rec.op == OP_SNAPSHOT_PUT && rec.revision > state.revision() {
-                return corrupt("snapshot entry newer than its snapshot");
+                return Err("snapshot entry newer than its snapshot".into());
             }
             if rec.version == 0 || rec.create_revision == 0 || rec.create_revision > rec.revision {
-                return corrupt("inconsistent key revisions");
+                return Err("inconsistent key revisions".into());
             }
             state.replay_put(KeyValue {
                 key: Arc::from(rec.key),
@@ -65,17 +87,17 @@ fn apply(state: &mut State, rec: Record, offset: u64) -> Result<(), StoreError> 
             if state.replay_delete(&rec.key, rec.revision) {
                 Ok(())
             } else {
-                corrupt(&format!("delete of absent key {}", rec.key))
+                Err(format!("delete of absent key {}", rec.key))
             }
         }
         OP_SNAPSHOT => {
-            if offset != MAGIC.len() as u64 {
-                return corrupt("snapshot header in the middle of a log");
+            if index != 0 {
+                return Err("snapshot header in the middle of a log".into());
             }
             state.replay_revision(rec.revision);
             Ok(())
         }
-        other => corrupt(&format!("unknown record type {other}")),
+        other => Err(format!("unknown record type {other}")),
     }
 }
 
@@ -87,43 +109,63 @@ pub(crate) struct Recovered {
     pub(crate) dir: PathBuf,
     /// Sequence number of the live log.
     pub(crate) seq: u64,
-    /// The live log, positioned at its end.
-    pub(crate) file: File,
-    /// Length of the valid log; the file is truncated to it.
+    /// The live log.
+    pub(crate) file: Box<dyn VfsFile>,
+    /// Length of the valid log; the file is cut back to it.
     pub(crate) len: u64,
-    /// The locked `LOCK` file; dropping it unlocks the directory.
-    pub(crate) lock: File,
+    /// Whether the log is a snapshot with nothing after it.
+    pub(crate) fresh: bool,
+    /// The directory lock; dropping it unlocks the directory.
+    pub(crate) lock: Box<dyn Send + Sync>,
+}
+
+/// Creates `dir` and any missing parents, syncing each new entry's parent.
+fn create_dirs(vfs: &dyn Vfs, dir: &Path) -> io::Result<()> {
+    if vfs.exists(dir)? {
+        return Ok(());
+    }
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(parent) = parent {
+        create_dirs(vfs, parent)?;
+    }
+    match vfs.create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    vfs.sync_dir(parent.unwrap_or(Path::new(".")))
+}
+
+/// Creates log 1 holding only the magic, durably (data and entry).
+fn create_first_log(vfs: &dyn Vfs, dir: &Path) -> io::Result<Box<dyn VfsFile>> {
+    let path = log_path(dir, 1);
+    let mut file = match vfs.create(&path) {
+        Ok(f) => f,
+        // A short log 1 left by a crash while it was being created.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => vfs.open(&path)?,
+        Err(e) => return Err(e),
+    };
+    file.set_len(0)?;
+    write_all_at(&mut *file, MAGIC, 0)?;
+    file.sync_data()?;
+    vfs.sync_dir(dir)?;
+    Ok(file)
 }
 
 /// Opens (creating if needed) the store directory, takes its lock, replays
-/// the live log and truncates a torn tail. Blocking: run it off the runtime.
-pub(crate) fn recover(dir: &Path) -> Result<Recovered, StoreError> {
-    fs::create_dir_all(dir)?;
-    let lock = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(dir.join("LOCK"))?;
-    match lock.try_lock() {
-        Ok(()) => {}
-        Err(fs::TryLockError::WouldBlock) => {
-            return Err(StoreError::Io(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!("{} is already open in another store", dir.display()),
-            )));
-        }
-        Err(fs::TryLockError::Error(e)) => return Err(e.into()),
-    }
-
+/// the live log and cuts back a torn tail. Blocking: run it off the runtime.
+pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered, StoreError> {
+    create_dirs(vfs, dir)?;
+    // Also when the directory existed: an earlier open may have created it
+    // and failed before its entry was durable.
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    vfs.sync_dir(parent.unwrap_or(Path::new(".")))?;
+    let lock = vfs.lock(dir)?;
     let mut logs = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+    let mut tmps = Vec::new();
+    for name in vfs.list(dir)? {
         if name.starts_with("wal-") && name.ends_with(".log.tmp") {
-            // An unfinished compaction: the old log is still complete.
-            fs::remove_file(entry.path())?;
+            tmps.push(dir.join(name));
         } else if let Some(seq) = name
             .strip_prefix("wal-")
             .and_then(|s| s.strip_suffix(".log"))
@@ -133,110 +175,191 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered, StoreError> {
         }
     }
     logs.sort_unstable();
-    let Some(&seq) = logs.last() else {
-        let path = log_path(dir, 1);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        file.write_all(MAGIC)?;
-        file.sync_all()?;
-        sync_dir(dir)?;
-        let len = MAGIC.len() as u64;
-        return Ok(Recovered {
-            state: State::default(),
-            dir: dir.to_owned(),
-            seq: 1,
-            file,
-            len,
-            lock,
-        });
-    };
-    for &old in &logs[..logs.len() - 1] {
-        // Superseded by a completed compaction.
-        fs::remove_file(log_path(dir, old))?;
-    }
-
-    let path = log_path(dir, seq);
-    let mut file = OpenOptions::new().read(true).write(true).open(&path)?;
-    let file_len = file.metadata()?.len();
-    let mut state = State::default();
-    let mut good = MAGIC.len() as u64;
-    if file_len < MAGIC.len() as u64 {
-        // Only the very first log is ever created in place: a crash while
-        // writing its magic leaves it short and empty of records.
-        file.set_len(0)?;
-        file.write_all(MAGIC)?;
-        file.sync_all()?;
-    } else {
-        let mut reader = BufReader::with_capacity(1 << 20, &mut file);
-        let mut magic = [0u8; 8];
-        reader.read_exact(&mut magic)?;
-        if &magic != MAGIC {
-            return Err(StoreError::Corrupt(format!(
-                "{} is not a kubeforge log",
-                path.display()
-            )));
+    let (seq, file, state, len, fresh) = match logs.last() {
+        None => {
+            let file = create_first_log(vfs, dir)?;
+            (1, file, State::default(), MAGIC.len() as u64, false)
         }
-        let mut payload = Vec::new();
-        let mut records = 0u64;
-        let mut torn = None;
-        loop {
-            match read_record(&mut reader, &mut payload)? {
-                Next::Record(rec) => {
-                    let len = (FRAME_HEADER + payload.len()) as u64;
-                    apply(&mut state, rec, good)?;
-                    good += len;
-                    records += 1;
+        Some(&seq) => {
+            let path = log_path(dir, seq);
+            let mut file = vfs.open(&path)?;
+            let file_len = file.size()?;
+            if file_len < MAGIC.len() as u64 {
+                if seq != 1 || logs.len() > 1 {
+                    return Err(corrupt(
+                        &path,
+                        file_len,
+                        "the log is shorter than its header, yet it was renamed into place complete",
+                    ));
                 }
-                Next::End => break,
-                Next::Torn(why) => {
-                    torn = Some(why);
-                    break;
-                }
-            }
-        }
-        drop(reader);
-        if let Some(why) = torn {
-            if zeros_from(&mut file, good)? {
-                tracing::debug!(log = %path.display(), offset = good, "log ends in preallocated space");
+                // Only log 1 is created in place: a crash while writing its
+                // magic leaves it short and empty of records.
+                drop(file);
+                let file = create_first_log(vfs, dir)?;
+                (1, file, State::default(), MAGIC.len() as u64, false)
             } else {
-                tracing::warn!(
-                    log = %path.display(),
-                    offset = good,
-                    dropped_bytes = file_len - good,
-                    "{why}: truncating the log's tail"
-                );
+                let (state, len, fresh) = replay(&mut *file, &path, seq, file_len)?;
+                (seq, file, state, len, fresh)
             }
         }
-        if good < file_len {
-            file.set_len(good)?;
-            file.sync_all()?;
-        }
-        tracing::debug!(log = %path.display(), records, revision = state.revision(), keys = state.len(), "replayed log");
+    };
+    // Only now that the newest log checked out: the others were superseded
+    // by a completed compaction, a `.tmp` is an unfinished one.
+    for &old in logs.iter().filter(|&&s| s != seq) {
+        vfs.remove(&log_path(dir, old))?;
     }
-    file.seek(SeekFrom::Start(good))?;
+    for tmp in tmps {
+        vfs.remove(&tmp)?;
+    }
+    // Always: the live log's entry may not be durable yet if an earlier
+    // open failed right after creating it.
+    vfs.sync_dir(dir)?;
     Ok(Recovered {
         state,
         dir: dir.to_owned(),
         seq,
         file,
-        len: good,
+        len,
+        fresh,
         lock,
     })
 }
 
-/// Whether `file` holds only zero bytes from `offset` to its end.
-fn zeros_from(file: &mut File, offset: u64) -> io::Result<bool> {
-    file.seek(SeekFrom::Start(offset))?;
-    let mut buf = vec![0u8; 64 << 10];
+/// Replays the live log; returns the state, the valid length (the file is
+/// cut back to it) and whether the log is a bare snapshot.
+fn replay(
+    file: &mut dyn VfsFile,
+    path: &Path,
+    seq: u64,
+    file_len: u64,
+) -> Result<(State, u64, bool), StoreError> {
+    let mut reader = BufReader::with_capacity(
+        1 << 20,
+        Reader {
+            file: &*file,
+            pos: 0,
+        },
+    );
+    let mut magic = [0u8; 8];
+    reader.read_exact(&mut magic)?;
+    if &magic != MAGIC {
+        return Err(corrupt(path, 0, "not a kubeforge log (bad magic)"));
+    }
+    let mut state = State::default();
+    let mut good = MAGIC.len() as u64;
+    let mut payload = Vec::new();
+    let mut index = 0u64;
+    // Snapshot entries after the header (logs above 1 start with one):
+    // its `version` field is 1 + their number (0 in logs written before it
+    // counted them).
+    let mut snapshot_len: Option<u64> = None;
+    let mut bad = None;
     loop {
-        let n = read_full(file, &mut buf)?;
-        if buf[..n].iter().any(|&b| b != 0) {
-            return Ok(false);
-        }
-        if n < buf.len() {
-            return Ok(true);
+        match read_record(&mut reader, &mut payload) {
+            Ok(Next::Record(rec)) => {
+                if index == 0 && seq > 1 && rec.op != OP_SNAPSHOT {
+                    return Err(corrupt(
+                        path,
+                        good,
+                        "a compacted log without a snapshot header",
+                    ));
+                }
+                if index == 0 && rec.op == OP_SNAPSHOT {
+                    snapshot_len = rec.version.checked_sub(1);
+                }
+                let len = (FRAME_HEADER + payload.len()) as u64;
+                let in_snapshot = snapshot_len.map(|n| index >= 1 && index <= n);
+                apply(&mut state, rec, index, in_snapshot).map_err(|e| corrupt(path, good, e))?;
+                good += len;
+                index += 1;
+            }
+            Ok(Next::End) => break,
+            Ok(Next::Bad(why)) => {
+                bad = Some(why);
+                break;
+            }
+            Err(StoreError::Corrupt(e)) => return Err(corrupt(path, good, e)),
+            Err(e) => return Err(e),
         }
     }
+    drop(reader);
+    if bad.is_none() && seq > 1 && index == 0 {
+        return Err(corrupt(
+            path,
+            good,
+            "a compacted log without a snapshot header",
+        ));
+    }
+    if let Some(n) = snapshot_len.filter(|&n| bad.is_none() && index <= n) {
+        return Err(corrupt(
+            path,
+            good,
+            format!(
+                "the log ends after {} of its {n} snapshot entries",
+                index - 1
+            ),
+        ));
+    }
+    let fresh = index > 0 && snapshot_len == Some(index - 1);
+    if let Some(why) = bad {
+        if seq > 1 && index == 0 {
+            return Err(corrupt(path, good, format!("bad snapshot header ({why})")));
+        }
+        if snapshot_len.is_some_and(|n| index <= n) {
+            return Err(corrupt(path, good, format!("bad snapshot entry ({why})")));
+        }
+        let tail = read_tail(file, good, file_len)?;
+        if let Some(at) = intact_record_after(&tail) {
+            return Err(corrupt(
+                path,
+                good,
+                format!(
+                    "{why}, yet an intact record follows at byte {}",
+                    good + at as u64
+                ),
+            ));
+        }
+        if tail.iter().all(|&b| b == 0) {
+            tracing::debug!(log = %path.display(), offset = good, "log ends in preallocated space");
+        } else {
+            tracing::warn!(
+                log = %path.display(),
+                offset = good,
+                dropped_bytes = file_len - good,
+                "{why}: cutting off the log's torn tail (a write that was never acknowledged)"
+            );
+        }
+    }
+    if good < file_len {
+        file.set_len(good)?;
+        file.sync_data()?;
+    }
+    tracing::debug!(log = %path.display(), records = index, revision = state.revision(), keys = state.len(), "replayed log");
+    Ok((state, good, fresh))
+}
+
+/// The offset of the first intact record in `tail` after its first byte.
+fn intact_record_after(tail: &[u8]) -> Option<usize> {
+    let mut at = 1;
+    while at < tail.len() {
+        // A record's length is at least its fixed fields: one of its four
+        // bytes is not zero, so zero runs (preallocated space) are skipped.
+        let first = at + tail[at..].iter().position(|&b| b != 0)?;
+        let from = first.saturating_sub(3).max(at);
+        if let Some(found) = (from..=first).find(|&c| intact_record_at(tail, c)) {
+            return Some(found);
+        }
+        at = first + 1;
+    }
+    None
+}
+
+/// The bytes of `file` from `offset` to `len`.
+fn read_tail(file: &dyn VfsFile, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    let n = usize::try_from(len - offset)
+        .map_err(|_| io::Error::other("log tail does not fit in memory"))?;
+    let mut buf = vec![0u8; n];
+    let got = read_full_at(file, &mut buf, offset)?;
+    buf.truncate(got);
+    Ok(buf)
 }

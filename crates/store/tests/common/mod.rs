@@ -60,3 +60,5 @@ pub fn log_file(dir: &std::path::Path) -> PathBuf {
     );
     logs.into_iter().next().unwrap()
 }
+
+pub mod simfs;
