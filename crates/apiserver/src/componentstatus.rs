@@ -62,7 +62,7 @@ pub(crate) fn serve(
     let (labels, fields) = ctx.selectors()?;
     let items: Vec<Value> = items
         .into_iter()
-        .filter(|i| crate::rest::matches(i, &labels, &fields))
+        .filter(|i| crate::rest::matches(&ctx.def, i, &labels, &fields))
         .collect();
     if ctx.accept.table {
         let include = IncludeObject::parse(ctx.query.get("includeObject"));

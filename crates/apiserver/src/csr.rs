@@ -140,7 +140,8 @@ pub(crate) fn prepare_update(
             }
         }
         // approval_object already kept all but the conditions.
-        Sub::Approval | Sub::Finalize => {}
+        // Pods-only subresources never reach a CSR (its row does not declare them).
+        Sub::Approval | Sub::Finalize | Sub::EphemeralContainers => {}
     }
     check(ctx, name, validate(obj, Some(old), sub))
 }
