@@ -192,8 +192,9 @@ fn apply(
     manager: &str,
     sub: Sub,
 ) -> ApiResult<Value> {
-    use crate::fieldset::{self, ApplyError, ApplyRequest};
-    let req = ApplyRequest {
+    use crate::fieldset::{self, ApplyOptions};
+    use crate::ssa::ApplyError;
+    let req = ApplyOptions {
         manager,
         force: ctx.query.flag("force"),
         sub,
