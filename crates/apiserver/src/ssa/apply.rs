@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::compare::{Comparison, compare_objects, created_fields};
 use super::managed::{Entry, decode_managed, managed_of, record_changes, same_object, set_managed};
-use super::merge::{ConfigError, config_set_root, merge_into, prune};
+use super::merge::{ConfigError, check_live, config_set_root, merge_into, prune};
 use super::path::display_path;
 use super::schema::{Schema, Ty};
 use super::set::{FieldSet, Scope, strip_meta};
@@ -27,6 +27,10 @@ pub enum ApplyError {
     BadRequest(String),
     /// The live object's managedFields cannot be read.
     Internal(String),
+    /// The live object does not fit its list types (an item of a list-map
+    /// without any of its keys, ...): SMD's error, which kube-apiserver
+    /// answers with a 500 of no reason.
+    Live(String),
 }
 
 /// What an apply needs to know about the request.
@@ -80,6 +84,9 @@ pub(crate) fn apply(
         );
     }
     let set = config_set_root(config, &ty, scope).map_err(ApplyError::Config)?;
+    if live.is_some() {
+        check_live(live_v, &ty).map_err(ApplyError::Live)?;
+    }
     let mut merged = live_v.clone();
     merge_into(&mut merged, config, &ty);
     let mine = entries

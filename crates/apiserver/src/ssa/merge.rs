@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use super::path::{display_pe, field_pe, item_pe};
+use super::path::{display_path, display_pe, field_pe, item_pe};
 use super::schema::{Lk, Ty};
 use super::set::{FieldSet, Scope};
 
@@ -94,6 +94,12 @@ pub(crate) fn config_set_root(
 // Merge.
 
 /// Merge an applied configuration into a live object.
+///
+/// A `null` for a granular map, struct or list (YAML's empty `labels:`) is
+/// an empty one, as in SMD: merged with the live value, it keeps all of it.
+/// Only when the live value is empty or absent too does the `null` stand
+/// (both are then compared as leaves, which keeps the null/empty
+/// distinction); for atomic values and scalars `null` replaces the value.
 pub(crate) fn merge_into(l: &mut Value, r: &Value, ty: &Ty<'_>) {
     match (&mut *l, r) {
         (Value::Object(lm), Value::Object(rm))
@@ -108,6 +114,7 @@ pub(crate) fn merge_into(l: &mut Value, r: &Value, ty: &Ty<'_>) {
                 }
             }
         }
+        (Value::Object(lm), Value::Null) if !(ty.map_atomic() || lm.is_empty()) => {}
         (Value::Array(la), Value::Array(ra)) if !(la.is_empty() && ra.is_empty()) => {
             let lk = ty.list_kind();
             if matches!(lk, Lk::Atomic) {
@@ -116,6 +123,8 @@ pub(crate) fn merge_into(l: &mut Value, r: &Value, ty: &Ty<'_>) {
                 merge_list(la, ra, &lk, ty);
             }
         }
+        (Value::Array(la), Value::Null)
+            if !(la.is_empty() || matches!(ty.list_kind(), Lk::Atomic)) => {}
         _ => *l = r.clone(),
     }
 }
@@ -126,8 +135,10 @@ fn merge_list(la: &mut Vec<Value>, ra: &[Value], lk: &Lk, ty: &Ty<'_>) {
     let pes = |items: &[Value]| -> Option<Vec<String>> {
         items.iter().map(|v| item_pe(v, lk, ty).ok()).collect()
     };
+    // Both lists were validated before the merge (`apply` checks the live
+    // object, `config_set_root` the configuration); should an item still
+    // have no path element, the live list is kept as it is.
     let (Some(rpes), Some(lpes)) = (pes(ra), pes(la)) else {
-        *la = ra.to_vec();
         return;
     };
     let ity = ty.item();
@@ -269,6 +280,57 @@ pub(crate) fn prune(v: &mut Value, last: &FieldSet, managed: Option<&FieldSet>, 
                     prune(&mut item, lchild, mchild, &ity);
                 }
                 a.push(item);
+            }
+        }
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The live object's lists.
+
+/// Check a live object's sets and list-maps as SMD's conversion to a typed
+/// value does (duplicates allowed): every item needs its path element. The
+/// error is in SMD's words (`.spec.ports: element 1: associative list with
+/// keys has an element that omits all key fields …`), one per list, the
+/// rest of a list skipped after its first bad item.
+pub(crate) fn check_live(v: &Value, ty: &Ty<'_>) -> Result<(), String> {
+    let mut errs = Vec::new();
+    check_walk(v, ty, &mut Vec::new(), &mut errs);
+    match errs.len() {
+        0 => Ok(()),
+        1 => Err(errs.swap_remove(0)),
+        _ => Err(format!("errors:\n  {}", errs.join("\n  "))),
+    }
+}
+
+fn check_walk(v: &Value, ty: &Ty<'_>, path: &mut Vec<String>, errs: &mut Vec<String>) {
+    match v {
+        Value::Object(m) if !ty.map_atomic() => {
+            for (k, cv) in m {
+                path.push(field_pe(k));
+                check_walk(cv, &ty.child(k), path, errs);
+                path.pop();
+            }
+        }
+        Value::Array(a) => {
+            let lk = ty.list_kind();
+            if matches!(lk, Lk::Atomic) {
+                return;
+            }
+            let ity = ty.item();
+            for (i, item) in a.iter().enumerate() {
+                match item_pe(item, &lk, ty) {
+                    Ok(pe) => {
+                        path.push(pe);
+                        check_walk(item, &ity, path, errs);
+                        path.pop();
+                    }
+                    Err(e) => {
+                        errs.push(format!("{}: element {i}: {}", display_path(path), e.0));
+                        return;
+                    }
+                }
             }
         }
         _ => {}
