@@ -15,6 +15,9 @@ use crate::ssa::{
     self, ApplyError, ApplyRequest, CrdSchema, ListTypes, Schema, Scope, UpdateRequest,
 };
 
+use crate::ssa::scale::SCALE_API_VERSION;
+use crate::ssa::set::FieldSet;
+
 pub(crate) use crate::ssa::{map_eq_ignoring, same_object};
 
 /// The schema of the request's resource.
@@ -76,11 +79,7 @@ fn scope_of(ctx: &Ctx<'_>, sub: Sub) -> Scope {
 }
 
 fn subresource_name(sub: Sub) -> &'static str {
-    match sub {
-        Sub::Main => "",
-        Sub::Status => "status",
-        Sub::Finalize => "finalize",
-    }
+    sub.subresource()
 }
 
 fn check_manager(m: &str) -> ApiResult<()> {
@@ -141,9 +140,33 @@ fn is_apply(ctx: &Ctx<'_>) -> bool {
     matches!(codec::body_type(&ctx.headers), Ok(BodyType::ApplyPatch))
 }
 
-/// Record a create's managed fields (an Update from an empty object).
-pub(crate) fn track_create(ctx: &Ctx<'_>, obj: &mut Value) -> ApiResult<()> {
-    track(ctx, None, obj, Sub::Main).map(|_| ())
+/// A write's object as it is before mutating admission, kept for
+/// [`admitted`] (None for an apply, whose fields were computed already).
+pub(crate) fn before_admission(ctx: &Ctx<'_>, obj: &Value) -> Option<Value> {
+    (!is_apply(ctx)).then(|| obj.clone())
+}
+
+/// The fields mutating admission (the Priority plugin, webhooks) added to
+/// `after`: kube-apiserver records a write's manager before admission, so
+/// they are nobody's.
+pub(crate) fn admitted(ctx: &Ctx<'_>, before: Option<Value>, after: &Value) -> Option<FieldSet> {
+    let before = before?;
+    if before == *after {
+        return None;
+    }
+    let schema = schema_of(ctx);
+    let added = ssa::compare::compare_objects(&before, after, &schema.root(), Scope::All).added;
+    (!added.is_empty()).then_some(added)
+}
+
+/// Record a create's managed fields (an Update from an empty object);
+/// `unowned`: what mutating admission added.
+pub(crate) fn track_create(
+    ctx: &Ctx<'_>,
+    obj: &mut Value,
+    unowned: Option<&FieldSet>,
+) -> ApiResult<()> {
+    track(ctx, None, obj, Sub::Main, unowned).map(|_| ())
 }
 
 /// Record an update's managed fields (PUT, merge/JSON/strategic patch,
@@ -155,13 +178,21 @@ pub(crate) fn track_update(
     old: &Value,
     obj: &mut Value,
     sub: Sub,
+    unowned: Option<&FieldSet>,
 ) -> ApiResult<bool> {
-    track(ctx, Some(old), obj, sub)?;
+    track(ctx, Some(old), obj, sub, unowned)?;
     Ok(same_object(obj, old, true))
 }
 
-fn track(ctx: &Ctx<'_>, old: Option<&Value>, obj: &mut Value, sub: Sub) -> ApiResult<()> {
-    if is_apply(ctx) {
+fn track(
+    ctx: &Ctx<'_>,
+    old: Option<&Value>,
+    obj: &mut Value,
+    sub: Sub,
+    unowned: Option<&FieldSet>,
+) -> ApiResult<()> {
+    // `/scale` computed its managed fields on the Scale ([`scale_fields`]).
+    if is_apply(ctx) || sub == Sub::Scale {
         return Ok(());
     }
     let manager = update_manager(ctx)?;
@@ -170,6 +201,7 @@ fn track(ctx: &Ctx<'_>, old: Option<&Value>, obj: &mut Value, sub: Sub) -> ApiRe
         subresource: subresource_name(sub),
         scope: scope_of(ctx, sub),
         api_version: &ctx.def.api_version(),
+        unowned,
     };
     ssa::update(&schema_of(ctx), old, obj, &req);
     Ok(())
@@ -201,4 +233,42 @@ pub(crate) fn apply(
         api_version: &ctx.def.api_version(),
     };
     ssa::apply(&schema_of(ctx), live, config, &req)
+}
+
+/// The Update of a Scale (`PUT`, merge or JSON patch of `/scale`):
+/// `new_scale` gets the Scale's managedFields, to be converted back to the
+/// parent's by [`ssa::scale::to_parent`].
+pub(crate) fn track_scale(
+    ctx: &Ctx<'_>,
+    old_scale: &Value,
+    new_scale: &mut Value,
+) -> ApiResult<()> {
+    let manager = update_manager(ctx)?;
+    let req = UpdateRequest {
+        manager: &manager,
+        subresource: Sub::Scale.subresource(),
+        scope: Scope::All,
+        api_version: SCALE_API_VERSION,
+        unowned: None,
+    };
+    ssa::update(&Schema::deduced(), Some(old_scale), new_scale, &req);
+    Ok(())
+}
+
+/// Server-side apply of `config` to a Scale: the merged Scale with its
+/// managedFields.
+pub(crate) fn apply_scale(
+    live_scale: &Value,
+    config: &Value,
+    manager: &str,
+    force: bool,
+) -> Result<Value, ApplyError> {
+    let req = ApplyRequest {
+        manager,
+        force,
+        subresource: Sub::Scale.subresource(),
+        scope: Scope::All,
+        api_version: SCALE_API_VERSION,
+    };
+    ssa::apply(&Schema::deduced(), Some(live_scale), config, &req)
 }

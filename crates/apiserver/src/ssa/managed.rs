@@ -45,7 +45,7 @@ impl Entry {
             && (operation == "Apply" || self.api_version == api_version)
     }
 
-    fn same_identity(&self, other: &Entry) -> bool {
+    pub(crate) fn same_identity(&self, other: &Entry) -> bool {
         self.is(
             &other.manager,
             &other.operation,

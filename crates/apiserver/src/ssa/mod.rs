@@ -24,6 +24,7 @@ pub(crate) mod compare;
 pub(crate) mod managed;
 pub(crate) mod merge;
 pub(crate) mod path;
+pub(crate) mod scale;
 pub(crate) mod schema;
 pub(crate) mod set;
 pub(crate) mod update;

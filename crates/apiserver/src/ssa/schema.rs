@@ -266,6 +266,14 @@ pub(crate) struct Schema {
 }
 
 impl Schema {
+    /// No type information: maps granular, lists atomic (a Scale).
+    pub(crate) fn deduced() -> Schema {
+        Schema {
+            custom: None,
+            root: None,
+        }
+    }
+
     /// A schema from custom list types.
     pub(crate) fn custom(src: Arc<dyn ListTypes>) -> Schema {
         Schema {

@@ -11,7 +11,7 @@ use super::managed::{
     cap_updaters, decode_managed, is_reset, managed_of, record_changes, set_managed,
 };
 use super::schema::Schema;
-use super::set::Scope;
+use super::set::{FieldSet, Scope};
 
 /// What an Update operation needs to know about the request.
 pub struct UpdateRequest<'a> {
@@ -23,6 +23,9 @@ pub struct UpdateRequest<'a> {
     pub scope: Scope,
     /// The apiVersion of the endpoint.
     pub api_version: &'a str,
+    /// Fields mutating admission added, which no manager owns (kube-apiserver
+    /// records a write's manager before admission).
+    pub unowned: Option<&'a FieldSet>,
 }
 
 /// Record an Update operation's managed fields on `obj`, the object about
@@ -56,7 +59,7 @@ pub(crate) fn update(
     }
     let ty = schema.root();
     let scope = req.scope;
-    if old.is_none() && entries.is_empty() {
+    if old.is_none() && entries.is_empty() && req.unowned.is_none() {
         // A create with no managers yet: one entry, rendered directly.
         let fields = created_fields_v1(obj, &ty, scope);
         let meta = crate::object::meta_mut(obj);
@@ -94,6 +97,13 @@ pub(crate) fn update(
         req.api_version,
         req.subresource,
     );
+    if let Some(unowned) = req.unowned
+        && let Some(e) = entries
+            .iter_mut()
+            .find(|e| e.is(req.manager, "Update", req.api_version, req.subresource))
+    {
+        e.fields.difference_with(unowned);
+    }
     cap_updaters(&mut entries);
     set_managed(obj, entries);
 }
