@@ -361,3 +361,88 @@ fn managed_fields_reset_and_sameness() {
     assert!(!same_object(&a, &c, true));
     assert!(same_object(&a, &c, false));
 }
+
+/// SMD `typed/merge_test.go` "null/empty map", "null/empty struct" and
+/// "null/empty list", and the set cases with an empty applied list: an
+/// empty or null container merged into a non-empty live one keeps it;
+/// when both are empty or null, the applied one stands; atomic values and
+/// scalars are replaced (a null scalar too).
+#[test]
+fn null_and_empty_containers_merge_like_smd() {
+    let schema = Schema::custom(Arc::new(CrdSchema::new(Arc::new(json!({
+        "type": "object", "properties": {
+            "inner": {"type": "object", "additionalProperties": {"type": "string"}},
+            "atomicMap": {"type": "object", "x-kubernetes-map-type": "atomic"},
+            "set": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "atomicList": {"type": "array", "items": {"type": "string"}},
+            "scalar": {"type": "string"}}
+    })))));
+    let ty = schema.root();
+    let cases = [
+        (json!({}), json!({"inner": {}}), json!({"inner": {}})),
+        (json!({}), json!({"inner": null}), json!({"inner": null})),
+        (
+            json!({"inner": null}),
+            json!({"inner": {}}),
+            json!({"inner": {}}),
+        ),
+        (
+            json!({"inner": {}}),
+            json!({"inner": null}),
+            json!({"inner": null}),
+        ),
+        (
+            json!({"inner": {"a": "1"}}),
+            json!({"inner": null}),
+            json!({"inner": {"a": "1"}}),
+        ),
+        (
+            json!({"inner": {"a": "1"}}),
+            json!({"inner": {}}),
+            json!({"inner": {"a": "1"}}),
+        ),
+        (
+            json!({"atomicMap": {"a": "1"}}),
+            json!({"atomicMap": null}),
+            json!({"atomicMap": null}),
+        ),
+        (
+            json!({"set": ["a", "b"]}),
+            json!({"set": []}),
+            json!({"set": ["a", "b"]}),
+        ),
+        (
+            json!({"set": ["a", "b"]}),
+            json!({"set": null}),
+            json!({"set": ["a", "b"]}),
+        ),
+        (
+            json!({"set": []}),
+            json!({"set": null}),
+            json!({"set": null}),
+        ),
+        (
+            json!({"atomicList": ["a"]}),
+            json!({"atomicList": null}),
+            json!({"atomicList": null}),
+        ),
+        (
+            json!({"atomicList": ["a"]}),
+            json!({"atomicList": []}),
+            json!({"atomicList": []}),
+        ),
+        (
+            json!({"scalar": "x"}),
+            json!({"scalar": null}),
+            json!({"scalar": null}),
+        ),
+    ];
+    for (live, config, want) in cases {
+        let mut merged = live.clone();
+        merge_into(&mut merged, &config, &ty);
+        assert_eq!(merged, want, "{live} + {config}");
+    }
+    // A null container is owned as a leaf, as SMD's field set has it.
+    let set = config_set_root(&json!({"inner": null, "set": null}), &ty, Scope::All).expect("set");
+    assert_eq!(set.to_fields_v1(), json!({"f:inner": {}, "f:set": {}}));
+}
