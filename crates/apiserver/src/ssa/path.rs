@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::schema::{Lk, Ty};
 
+#[inline]
 pub(crate) fn field_pe(name: &str) -> String {
     let mut s = String::with_capacity(name.len() + 2);
     s.push_str("f:");
@@ -15,6 +16,7 @@ pub(crate) fn field_pe(name: &str) -> String {
     s
 }
 
+#[inline]
 pub(crate) fn json_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
 }
@@ -24,6 +26,7 @@ pub(crate) fn json_str(s: &str) -> String {
 pub(crate) struct PeError(pub(crate) String);
 
 /// The path element of a list item (`k:{...}` or `v:...`).
+#[inline]
 pub(crate) fn item_pe(item: &Value, lk: &Lk, list_ty: &Ty<'_>) -> Result<String, PeError> {
     match lk {
         Lk::Map(keys) => {

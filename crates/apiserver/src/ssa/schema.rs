@@ -32,12 +32,15 @@ pub enum ListKind {
 /// items of a list (`["spec", "ports", "[]", "targets"]`).
 pub trait ListTypes: Send + Sync {
     /// The kind of the list at `path`; `None` when unknown (atomic).
+    #[inline]
     fn list_kind(&self, path: &[String]) -> Option<ListKind>;
     /// Whether the map at `path` is `x-kubernetes-map-type: atomic`.
+    #[inline]
     fn map_atomic(&self, _path: &[String]) -> bool {
         false
     }
     /// The default of key field `key` of the items of the list-map at `path`.
+    #[inline]
     fn key_default(&self, _path: &[String], _key: &str) -> Option<Value> {
         None
     }
@@ -131,6 +134,7 @@ pub(crate) enum Keys {
 }
 
 impl Keys {
+    #[inline]
     pub(crate) fn each(&self) -> Vec<&str> {
         match self {
             Keys::One(k) => vec![*k],
@@ -163,6 +167,7 @@ pub(crate) enum Ty<'a> {
     Custom(&'a dyn ListTypes, Vec<String>),
 }
 
+#[inline]
 fn struct_field(td: &'static TypeDesc, name: &str) -> Ty<'static> {
     // LabelSelector is `x-kubernetes-map-type: atomic` (workloads' spec.selector).
     if std::ptr::eq(td, &smp::WORKLOAD_SPEC) && name == "selector" {
@@ -179,6 +184,7 @@ fn struct_field(td: &'static TypeDesc, name: &str) -> Ty<'static> {
 }
 
 /// SMD list-map keys where they differ from the patch merge key.
+#[inline]
 fn builtin_keys(parent: &TypeDesc, fd: &FieldDesc, key: &'static str) -> Keys {
     match (parent.name, fd.name) {
         ("Container", "ports") => Keys::Static(&["containerPort", "protocol"]),
@@ -191,6 +197,7 @@ fn builtin_keys(parent: &TypeDesc, fd: &FieldDesc, key: &'static str) -> Keys {
 }
 
 impl<'a> Ty<'a> {
+    #[inline]
     pub(crate) fn child(&self, name: &str) -> Ty<'a> {
         match self {
             Ty::Deduced | Ty::AtomicMap => Ty::Deduced,
@@ -207,6 +214,7 @@ impl<'a> Ty<'a> {
         }
     }
 
+    #[inline]
     pub(crate) fn item(&self) -> Ty<'a> {
         match self {
             Ty::Described(_, fd) => fd.ty.map_or(Ty::Deduced, Ty::Struct),
@@ -290,6 +298,7 @@ impl Schema {
         }
     }
 
+    #[inline]
     pub(crate) fn root(&self) -> Ty<'_> {
         match (&self.custom, self.root) {
             (Some(src), _) => Ty::Custom(src.as_ref(), Vec::new()),

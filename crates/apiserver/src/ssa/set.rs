@@ -20,11 +20,13 @@ pub struct FieldSet {
 
 impl FieldSet {
     /// No members anywhere.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         !self.member && self.children.is_empty()
     }
 
     /// Whether a path is a member.
+    #[inline]
     pub fn has(&self, path: &[String]) -> bool {
         let mut cur = self;
         for pe in path {
@@ -37,6 +39,7 @@ impl FieldSet {
     }
 
     /// Add all of `other`.
+    #[inline]
     pub fn union_with(&mut self, other: &FieldSet) {
         self.member |= other.member;
         for (pe, c) in &other.children {
@@ -50,6 +53,7 @@ impl FieldSet {
     }
 
     /// Remove the members of `other` (not their descendants).
+    #[inline]
     pub fn difference_with(&mut self, other: &FieldSet) {
         if other.member {
             self.member = false;
@@ -66,6 +70,7 @@ impl FieldSet {
     }
 
     /// The members in both.
+    #[inline]
     pub fn intersection(&self, other: &FieldSet) -> FieldSet {
         let mut out = FieldSet {
             member: self.member && other.member,
@@ -204,6 +209,7 @@ pub(crate) enum Scope {
 }
 
 impl Scope {
+    #[inline]
     pub(crate) fn keeps(self, top: &str) -> bool {
         match self {
             Scope::All => true,
@@ -212,6 +218,7 @@ impl Scope {
         }
     }
 
+    #[inline]
     pub(crate) fn filter(self, set: &mut FieldSet) {
         if self != Scope::All {
             set.children
