@@ -32,15 +32,12 @@ pub enum ListKind {
 /// items of a list (`["spec", "ports", "[]", "targets"]`).
 pub trait ListTypes: Send + Sync {
     /// The kind of the list at `path`; `None` when unknown (atomic).
-    #[inline]
     fn list_kind(&self, path: &[String]) -> Option<ListKind>;
     /// Whether the map at `path` is `x-kubernetes-map-type: atomic`.
-    #[inline]
     fn map_atomic(&self, _path: &[String]) -> bool {
         false
     }
     /// The default of key field `key` of the items of the list-map at `path`.
-    #[inline]
     fn key_default(&self, _path: &[String], _key: &str) -> Option<Value> {
         None
     }
@@ -227,6 +224,7 @@ impl<'a> Ty<'a> {
         }
     }
 
+    #[inline]
     pub(crate) fn list_kind(&self) -> Lk {
         match self {
             Ty::Described(parent, fd) => match fd.merge_key {
@@ -243,6 +241,7 @@ impl<'a> Ty<'a> {
         }
     }
 
+    #[inline]
     pub(crate) fn map_atomic(&self) -> bool {
         match self {
             Ty::AtomicMap => true,
@@ -252,6 +251,7 @@ impl<'a> Ty<'a> {
     }
 
     /// The default of a key field of this list-map's items.
+    #[inline]
     pub(crate) fn key_default(&self, key: &str) -> Option<Value> {
         match self {
             Ty::Described(parent, fd)
