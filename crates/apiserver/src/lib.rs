@@ -48,6 +48,7 @@ pub mod request;
 mod rest;
 mod scale;
 mod server;
+mod ssa;
 mod strategy;
 pub mod table;
 mod watch;

@@ -8,6 +8,7 @@ use crate::body::ApiBody;
 use crate::codec::{self, BodyType};
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::rest::{self, Ctx, Sub};
+use crate::ssa::ApplyError;
 
 /// Serve a PATCH on an object or its status.
 pub async fn patch(ctx: &mut Ctx<'_>, body: &[u8], sub: Sub) -> ApiResult<Response<ApiBody>> {
@@ -154,7 +155,7 @@ fn require_type_meta(v: &Value) -> ApiResult<()> {
     Ok(())
 }
 
-fn field_manager(ctx: &Ctx<'_>, required: bool) -> ApiResult<String> {
+pub(crate) fn field_manager(ctx: &Ctx<'_>, required: bool) -> ApiResult<String> {
     match ctx.query.get("fieldManager").filter(|m| !m.is_empty()) {
         Some(m) if m.len() > 128 => Err(ApiError::invalid(
             "meta.k8s.io",
@@ -192,18 +193,36 @@ fn apply(
     manager: &str,
     sub: Sub,
 ) -> ApiResult<Value> {
-    use crate::fieldset::{self, ApplyError, ApplyRequest};
-    let req = ApplyRequest {
+    use crate::fieldset::{self, ApplyOptions};
+    let req = ApplyOptions {
         manager,
         force: ctx.query.flag("force"),
         sub,
     };
-    match fieldset::apply(ctx, live, &applied, &req) {
-        Ok(v) => Ok(v),
-        Err(ApplyError::Conflicts(c)) => Err(conflict_error(&c)),
-        Err(ApplyError::BadRequest(m)) => Err(ApiError::bad_request(m)),
-        Err(ApplyError::Internal(m)) => Err(ApiError::internal(m)),
-        Err(ApplyError::Config(e)) => Err(ApiError::invalid(
+    fieldset::apply(ctx, live, &applied, &req).map_err(|e| apply_error(ctx, name, e))
+}
+
+/// The `Status` of a failed apply.
+pub(crate) fn apply_error(ctx: &Ctx<'_>, name: &str, e: ApplyError) -> ApiError {
+    match e {
+        ApplyError::Conflicts(c) => conflict_error(&c),
+        ApplyError::BadRequest(m) => ApiError::bad_request(m),
+        ApplyError::Internal(m) => ApiError::internal(m),
+        // kube-apiserver's words for a live object SMD cannot type, as a
+        // plain (reason-less) 500.
+        ApplyError::Live(m) => ApiError {
+            code: 500,
+            reason: "",
+            message: format!(
+                "failed to create typed live object ({}/{name}; {}/{}, Kind={}): {m}",
+                ctx.ns.as_deref().unwrap_or_default(),
+                ctx.def.group,
+                ctx.def.version,
+                ctx.def.kind
+            ),
+            details: Box::default(),
+        },
+        ApplyError::Config(e) => ApiError::invalid(
             &ctx.def.group,
             &ctx.def.kind,
             name,
@@ -217,7 +236,7 @@ fn apply(
                 message: e.message,
                 field: e.field,
             }],
-        )),
+        ),
     }
 }
 

@@ -149,6 +149,9 @@ pub enum Sub {
     /// `certificatesigningrequests/{name}/approval`: only the conditions
     /// change ([`crate::csr`]).
     Approval,
+    /// `/scale`: the replicas written to the object; its managed fields are
+    /// converted to and from the Scale's by `crate::scale`.
+    Scale,
 }
 
 impl Sub {
@@ -160,6 +163,7 @@ impl Sub {
             Sub::Finalize => "finalize",
             Sub::EphemeralContainers => "ephemeralcontainers",
             Sub::Approval => "approval",
+            Sub::Scale => "scale",
         }
     }
 }
@@ -823,6 +827,8 @@ pub(crate) async fn create_object(
         )));
     }
     check_namespace(ctx, &name)?;
+    // The field manager records the request before admission, as kube's.
+    let before_admission = crate::fieldset::before_admission(ctx, &obj);
     if ctx.def.strategy == Strategy::Pod {
         crate::priority::admit_pod(ctx, &name, &mut obj)?;
     }
@@ -837,6 +843,7 @@ pub(crate) async fn create_object(
     let warnings = crate::admission::mutate(ctx, &admission, &mut obj).await?;
     ctx.warnings.extend(warnings);
     // --- end admission ---
+    let admitted = crate::fieldset::admitted(ctx, before_admission, &obj);
     crate::strategy::prepare_create(ctx, &mut obj);
     crate::csr::prepare_create(ctx, &mut obj, &name)?;
     validate(ctx, &mut obj, &name, None)?;
@@ -858,7 +865,7 @@ pub(crate) async fn create_object(
         }
     }
     crate::crd::before_create(ctx, &mut obj)?;
-    crate::fieldset::track_create(ctx, &mut obj)?;
+    crate::fieldset::track_create(ctx, &mut obj, admitted.as_ref())?;
     // --- admission (crate::admission): validating webhooks ---
     let admission = crate::admission::Request {
         operation: crate::admission::Operation::Create,
@@ -974,7 +981,7 @@ pub(crate) async fn update_object(
     }
     meta_mut(&mut obj).insert("name".into(), json!(name));
     obj = match sub {
-        Sub::Main => {
+        Sub::Main | Sub::Scale => {
             if ctx.def.status {
                 let mut o = obj;
                 match old.get("status") {
@@ -1003,6 +1010,8 @@ pub(crate) async fn update_object(
         }
         Sub::Approval => crate::csr::approval_object(obj, &old),
     };
+    // The field manager records the request before admission, as kube's.
+    let before_admission = crate::fieldset::before_admission(ctx, &obj);
     // --- admission (crate::admission): mutating webhooks ---
     let admission = crate::admission::Request {
         operation: crate::admission::Operation::Update,
@@ -1014,6 +1023,7 @@ pub(crate) async fn update_object(
     let warnings = crate::admission::mutate(ctx, &admission, &mut obj).await?;
     ctx.warnings.extend(warnings);
     // --- end admission ---
+    let admitted = crate::fieldset::admitted(ctx, before_admission, &obj);
     // Fields the server owns.
     {
         let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
@@ -1091,7 +1101,7 @@ pub(crate) async fn update_object(
     ctx.warnings.extend(warnings);
     // --- end admission ---
     let finished = finalized_and_deleting(&obj);
-    if crate::fieldset::track_update(ctx, &old, &mut obj, sub)? {
+    if crate::fieldset::track_update(ctx, &old, &mut obj, sub, admitted.as_ref())? {
         return Ok((StatusCode::OK, current.value));
     }
     if ctx.dry_run() {

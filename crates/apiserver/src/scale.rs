@@ -7,8 +7,10 @@ use serde_json::{Value, json};
 use crate::body::ApiBody;
 use crate::codec::{self, BodyType};
 use crate::error::{ApiError, ApiResult};
+use crate::fieldset;
 use crate::object;
 use crate::rest::{self, Ctx, Sub};
+use crate::ssa::{self, scale::SCALE_API_VERSION};
 
 fn scale_of(ctx: &Ctx<'_>, obj: &Value) -> ApiResult<Value> {
     let paths = ctx.def.scale.as_ref().ok_or_else(ApiError::no_route)?;
@@ -59,6 +61,12 @@ pub async fn serve(
 ) -> ApiResult<Response<ApiBody>> {
     let name = ctx.path_name()?.to_string();
     let key = ctx.key(&name);
+    let spec_path = ctx
+        .def
+        .scale
+        .as_ref()
+        .map(|s| s.spec_replicas.clone())
+        .unwrap_or_default();
     for _ in 0..16 {
         let current = ctx
             .server
@@ -68,9 +76,20 @@ pub async fn serve(
         let obj: Value = serde_json::from_slice(&current.value)
             .map_err(|e| ApiError::internal(e.to_string()))?;
         let scale = scale_of(ctx, &obj)?;
+        if *method == Method::GET {
+            return Ok(codec::respond_value(StatusCode::OK, &scale));
+        }
+        // kube's ScaleHandler: the write is an Update or Apply on the Scale,
+        // whose managers are the parent's managers of the replicas field.
+        let replicas_path = ssa::scale::field_path(&spec_path);
+        let mut live_scale = scale.clone();
+        ssa::scale::to_subresource(&obj, &mut live_scale, &replicas_path);
         let new_scale = match *method {
-            Method::GET => return Ok(codec::respond_value(StatusCode::OK, &scale)),
-            Method::PUT => codec::decode(body, BodyType::Json)?,
+            Method::PUT => {
+                let mut s = codec::decode(body, BodyType::Json)?;
+                fieldset::track_scale(ctx, &live_scale, &mut s)?;
+                s
+            }
             Method::PATCH => {
                 let ty = codec::body_type(&ctx.headers)?;
                 let patch = codec::decode(body, ty)?;
@@ -79,10 +98,30 @@ pub async fn serve(
                     BodyType::JsonPatch => {
                         crate::jsonpatch::apply(&mut doc, &patch).map_err(ApiError::bad_request)?;
                     }
-                    BodyType::MergePatch | BodyType::StrategicMergePatch | BodyType::ApplyPatch => {
+                    BodyType::MergePatch | BodyType::StrategicMergePatch => {
                         json_patch::merge(&mut doc, &patch)
                     }
+                    BodyType::ApplyPatch => {
+                        let manager = crate::patch::field_manager(ctx, true)?;
+                        let version = patch.get("apiVersion").and_then(Value::as_str);
+                        if version != Some(SCALE_API_VERSION) {
+                            return Err(ApiError::bad_request(format!(
+                                "Incorrect version specified in apply patch. Specified patch version: {}, expected: {SCALE_API_VERSION}",
+                                version.unwrap_or_default()
+                            )));
+                        }
+                        doc = fieldset::apply_scale(
+                            &live_scale,
+                            &patch,
+                            &manager,
+                            ctx.query.flag("force"),
+                        )
+                        .map_err(|e| crate::patch::apply_error(ctx, &name, e))?;
+                    }
                     _ => return Err(ApiError::unsupported_media_type("application/json")),
+                }
+                if ty != BodyType::ApplyPatch {
+                    fieldset::track_scale(ctx, &live_scale, &mut doc)?;
                 }
                 doc
             }
@@ -119,14 +158,14 @@ pub async fn serve(
             ));
         }
         let mut updated = obj.clone();
-        let spec_path = ctx
-            .def
-            .scale
-            .as_ref()
-            .map(|s| s.spec_replicas.clone())
-            .unwrap_or_default();
         object::set_path(&mut updated, &spec_path, json!(replicas));
-        match rest::update_object(ctx, &name, updated, current, None, Sub::Main).await {
+        ssa::scale::to_parent(
+            &mut updated,
+            &new_scale,
+            &replicas_path,
+            &ctx.def.api_version(),
+        );
+        match rest::update_object(ctx, &name, updated, current, None, Sub::Scale).await {
             Ok((_, bytes)) => {
                 let v: Value = serde_json::from_slice(&bytes)
                     .map_err(|e| ApiError::internal(e.to_string()))?;
