@@ -21,3 +21,7 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 cargo build --workspace --all-targets --locked
 cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-4}"
+
+# Fuzz smoke: replay every committed fuzz corpus and fuzz each target for a
+# few seconds (fuzz/, cargo-fuzz; see docs/guide/fuzzing.md).
+bash scripts/fuzz-smoke.sh
