@@ -31,3 +31,7 @@ echo "test-all: cargo doc -D warnings"
 RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --locked
 cargo build --workspace --all-targets --locked
 cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-4}"
+
+# Fuzz smoke: replay every committed fuzz corpus and fuzz each target for a
+# few seconds (fuzz/, cargo-fuzz; see docs/guide/fuzzing.md).
+bash scripts/fuzz-smoke.sh
