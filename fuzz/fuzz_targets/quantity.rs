@@ -1,7 +1,8 @@
-//! Resource quantities (`100m`, `1Gi`, `1e3`, ...) as the scheduler parses
-//! them from pods and nodes users write. Input: the quantity text.
+//! Resource quantities (`100m`, `1Gi`, `1e3`, ...) as kubeforge-apimachinery
+//! parses them for the scheduler and the node config, from pods and nodes
+//! users write. Input: the quantity text.
 #![no_main]
-use kubeforge_scheduler::quantity::{parse_milli, parse_value};
+use kubeforge_apimachinery::quantity::{parse_milli, parse_value};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
