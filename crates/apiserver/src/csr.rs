@@ -140,8 +140,8 @@ pub(crate) fn prepare_update(
             }
         }
         // approval_object already kept all but the conditions.
-        // Pods-only subresources never reach a CSR (its row does not declare them).
-        Sub::Approval | Sub::Finalize | Sub::EphemeralContainers => {}
+        // Subresources a CSR's row does not declare never reach it.
+        Sub::Approval | Sub::Finalize | Sub::EphemeralContainers | Sub::Scale => {}
     }
     check(ctx, name, validate(obj, Some(old), sub))
 }
