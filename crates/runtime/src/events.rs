@@ -1,6 +1,6 @@
 //! Kubernetes Events (events.k8s.io/v1) about the objects a controller
 //! reconciles: a thin helper over kube-runtime's
-//! [`Recorder`](kube::runtime::events::Recorder), which also folds repeats
+//! [`Recorder`], which also folds repeats
 //! into an event series.
 //!
 //! ```no_run
