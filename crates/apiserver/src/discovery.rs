@@ -130,6 +130,9 @@ pub(crate) fn subresources(d: &ResourceDef) -> Vec<Subresource> {
             verbs: &["create"],
         });
     }
+    if d.ephemeral_containers {
+        out.push(own("ephemeralcontainers", GET_PATCH_UPDATE));
+    }
     if d.strategy == Strategy::Namespace {
         out.push(own("finalize", &["update"]));
     }
@@ -184,9 +187,6 @@ pub fn resources(server: &ApiServer, group: &str, version: &str) -> ApiResult<Va
                 r["version"] = json!(sub.version);
             }
             list.push(r);
-        }
-        if d.ephemeral_containers {
-            list.push(json!({"name": format!("{}/ephemeralcontainers", d.plural), "singularName": "", "namespaced": d.namespaced, "kind": d.kind, "verbs": ["get", "patch", "update"]}));
         }
     }
     let gv = if group.is_empty() {
