@@ -87,6 +87,11 @@ pub async fn serve(
         let new_scale = match *method {
             Method::PUT => {
                 let mut s = codec::decode(body, BodyType::Json)?;
+                if !s.is_object() {
+                    return Err(ApiError::bad_request(
+                        "the request body must be a JSON object",
+                    ));
+                }
                 fieldset::track_scale(ctx, &live_scale, &mut s)?;
                 s
             }
@@ -119,6 +124,13 @@ pub async fn serve(
                         .map_err(|e| crate::patch::apply_error(ctx, &name, e))?;
                     }
                     _ => return Err(ApiError::unsupported_media_type("application/json")),
+                }
+                // A merge patch that is not an object replaces the whole
+                // document (RFC 7386), and a JSON patch can do the same.
+                if !doc.is_object() {
+                    return Err(ApiError::bad_request(
+                        "the patched Scale is not a JSON object",
+                    ));
                 }
                 if ty != BodyType::ApplyPatch {
                     fieldset::track_scale(ctx, &live_scale, &mut doc)?;

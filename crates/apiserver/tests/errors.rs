@@ -213,6 +213,58 @@ async fn garbage_never_panics() {
     }
 }
 
+/// A `/scale` write whose body (or patched result) is not an object is a
+/// 400, and the replicas stay: the fuzzer's `server_patch` found a merge
+/// patch `666.0` to an existing Deployment's scale reaching the field
+/// manager as a number.
+#[tokio::test]
+async fn scale_bodies_that_are_not_objects_are_refused() {
+    let server = ApiServer::in_memory().await;
+    let deploy = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "app", "image": "nginx"}]}}}
+    });
+    let (code, status) = call(
+        &server,
+        Method::POST,
+        "/apis/apps/v1/namespaces/default/deployments",
+        "application/json",
+        deploy.to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{status}");
+    let scale = "/apis/apps/v1/namespaces/default/deployments/web/scale";
+    for (method, ct, body) in [
+        (Method::PUT, "application/json", "5"),
+        (Method::PUT, "application/json", "[1]"),
+        (
+            Method::PATCH,
+            "application/merge-patch+json",
+            "666.000051174290",
+        ),
+        (
+            Method::PATCH,
+            "application/strategic-merge-patch+json",
+            "\"x\"",
+        ),
+        (
+            Method::PATCH,
+            "application/json-patch+json",
+            r#"[{"op":"replace","path":"","value":7}]"#,
+        ),
+    ] {
+        let (code, status) = call(&server, method.clone(), scale, ct, body).await;
+        assert_eq!(code, 400, "{method} {ct} {body} → {status}");
+        assert_eq!(reason(&status), "BadRequest", "{status}");
+    }
+    let (code, got) = call(&server, Method::GET, scale, "application/json", "").await;
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["spec"]["replicas"], 2, "{got}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_from_a_compacted_revision_is_410_expired() {
     let server = ApiServer::new(Store::memory_with_history(16))
