@@ -19,7 +19,7 @@
 use kubeforge_apimachinery::names::Cause as FieldCause;
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, ApiResult, Cause};
+use crate::error::{ApiResult, Cause};
 use crate::registry::ResourceDef;
 use crate::rest::{Ctx, Sub};
 
@@ -147,22 +147,8 @@ pub(crate) fn prepare_update(
 }
 
 fn check(ctx: &Ctx<'_>, name: &str, causes: Vec<FieldCause>) -> ApiResult<()> {
-    if causes.is_empty() {
-        return Ok(());
-    }
-    Err(ApiError::invalid(
-        &ctx.def.group,
-        &ctx.def.kind,
-        name,
-        causes
-            .into_iter()
-            .map(|c| Cause {
-                reason: c.reason,
-                message: c.message,
-                field: c.field,
-            })
-            .collect(),
-    ))
+    ctx.def
+        .check_causes(name, causes.into_iter().map(Cause::from).collect())
 }
 
 /// Key usages kube accepts.

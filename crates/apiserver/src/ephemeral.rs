@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use crate::error::{ApiError, ApiResult, Cause};
+use crate::error::{ApiResult, Cause};
 use crate::rest::Ctx;
 
 /// Fields an ephemeral container may set (kube's
@@ -51,25 +51,12 @@ fn forbidden(field: &str, message: String) -> Cause {
     }
 }
 
-fn invalid(ctx: &Ctx<'_>, name: &str, causes: Vec<Cause>) -> ApiResult<()> {
-    if causes.is_empty() {
-        return Ok(());
-    }
-    Err(ApiError::invalid(
-        &ctx.def.group,
-        &ctx.def.kind,
-        name,
-        causes,
-    ))
-}
-
 /// A plain create may not carry ephemeral containers.
 pub(crate) fn validate_create(ctx: &Ctx<'_>, pod: &Value, name: &str) -> ApiResult<()> {
     if list(pod).is_empty() {
         return Ok(());
     }
-    invalid(
-        ctx,
+    ctx.def.check_causes(
         name,
         vec![forbidden(
             "spec.ephemeralContainers",
@@ -89,8 +76,7 @@ pub(crate) fn validate_main_update(
     if list(pod) == list(old) {
         return Ok(());
     }
-    invalid(
-        ctx,
+    ctx.def.check_causes(
         name,
         vec![forbidden(
             "spec",
@@ -141,8 +127,7 @@ pub(crate) fn validate_update(
         .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
         .is_some()
     {
-        return invalid(
-            ctx,
+        return ctx.def.check_causes(
             name,
             vec![forbidden(
                 "",
@@ -207,7 +192,7 @@ pub(crate) fn validate_update(
         }
         validate_new(c, &path, &regular, &mut seen, &mut causes);
     }
-    invalid(ctx, name, causes)
+    ctx.def.check_causes(name, causes)
 }
 
 /// One ephemeral container being added.

@@ -18,6 +18,16 @@ pub struct Cause {
     pub field: String,
 }
 
+impl From<kubeforge_apimachinery::names::Cause> for Cause {
+    fn from(c: kubeforge_apimachinery::names::Cause) -> Self {
+        Cause {
+            reason: c.reason,
+            message: c.message,
+            field: c.field,
+        }
+    }
+}
+
 /// An error answered to the client as a `Status` object.
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("{code} {reason}: {message}")]

@@ -142,6 +142,24 @@ impl ResourceDef {
         }
     }
 
+    /// `Ok` when `causes` is empty, else 422 Invalid for the object `name`
+    /// of this kind, with those causes.
+    pub(crate) fn check_causes(
+        &self,
+        name: &str,
+        causes: Vec<crate::error::Cause>,
+    ) -> Result<(), crate::error::ApiError> {
+        if causes.is_empty() {
+            return Ok(());
+        }
+        Err(crate::error::ApiError::invalid(
+            &self.group,
+            &self.kind,
+            name,
+            causes,
+        ))
+    }
+
     /// Storage key prefix for the whole resource (all namespaces).
     pub fn key_prefix(&self) -> String {
         let (group, plural) = match self.conversion {

@@ -654,11 +654,7 @@ fn validate_parts(
         ctx.def.namespaced,
     )
     .into_iter()
-    .map(|c| Cause {
-        reason: c.reason,
-        message: c.message,
-        field: c.field,
-    })
+    .map(Cause::from)
     .collect();
     if let Some(v) = ctx.def.validator.clone() {
         let unknown = v.unknown_fields(obj);
@@ -703,16 +699,7 @@ fn validate_parts(
         crate::strategy::validate(ctx, obj, &mut causes);
         crate::priority::validate_class(ctx, obj, old, &mut causes);
     }
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            &ctx.def.group,
-            &ctx.def.kind,
-            name,
-            causes,
-        ))
-    }
+    ctx.def.check_causes(name, causes)
 }
 
 /// Ensure the request's namespace exists and is not terminating.
