@@ -378,6 +378,21 @@ impl Selector {
         })
     }
 
+    /// A selector requiring each label of a plain `{key: value}` map, like
+    /// Go's `labels.SelectorFromSet` (a ReplicationController's
+    /// `spec.selector`): an empty or absent map selects everything.
+    pub fn from_set(v: &Value) -> Result<Selector, SelectorError> {
+        match v {
+            Value::Null => Ok(Selector::everything()),
+            Value::Object(_) => {
+                Selector::from_label_selector(&serde_json::json!({"matchLabels": v}))
+            }
+            other => Err(SelectorError::Label(format!(
+                "a label set must be an object, got {other}"
+            ))),
+        }
+    }
+
     /// Whether `labels` satisfy every requirement.
     pub fn matches(&self, labels: &impl Labels) -> bool {
         !self.nothing && self.requirements.iter().all(|r| r.matches(labels))

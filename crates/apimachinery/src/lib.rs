@@ -16,6 +16,8 @@
 //! - [`names`]: name and object-metadata validation.
 //! - [`quantity`]: resource quantities (`100m`, `500Mi`, `2e3`).
 //! - [`gofmt`]: Go's `%q` quoting, as Kubernetes messages print values.
+//! - [`disruption`]: PodDisruptionBudget conditions (eviction and the
+//!   disruption controller).
 //!
 //! ```
 //! use kubeforge_apimachinery::labels::Selector;
@@ -36,6 +38,7 @@
 //! assert_eq!(patched["spec"]["containers"].as_array().map(Vec::len), Some(1));
 //! ```
 
+pub mod disruption;
 pub mod fields;
 pub mod gofmt;
 pub mod labels;

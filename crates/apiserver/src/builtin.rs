@@ -15,6 +15,7 @@ const STATUS: u8 = 1;
 const SCALE: u8 = 2;
 const BINDING: u8 = 4;
 const EPHEMERAL_CONTAINERS: u8 = 16;
+const EVICTION: u8 = 32;
 
 struct Row {
     gv: &'static str,
@@ -103,6 +104,7 @@ const ABSENT_FIELDS: &[(&str, &str, &[(&str, &str)])] = &[
     ("v1", "Pod", &[("spec.hostNetwork", "false")]),
     ("batch/v1", "Job", &[("status.successful", "0")]),
     ("apps/v1", "ReplicaSet", &[("status.replicas", "0")]),
+    ("v1", "ReplicationController", &[("status.replicas", "0")]),
 ];
 
 static ROWS: &[Row] = &[
@@ -127,7 +129,7 @@ static ROWS: &[Row] = &[
         &["po"],
         ALL,
         NS,
-        STATUS | BINDING | EPHEMERAL_CONTAINERS,
+        STATUS | BINDING | EPHEMERAL_CONTAINERS | EVICTION,
         POD_FIELDS,
         Subdomain,
         false,
@@ -301,6 +303,20 @@ static ROWS: &[Row] = &[
         false,
         Plain,
         no_columns
+    ),
+    row!(
+        "v1",
+        "ReplicationController",
+        "replicationcontrollers",
+        &["rc"],
+        ALL,
+        NS,
+        STATUS | SCALE,
+        &["status.replicas"],
+        Subdomain,
+        true,
+        Workload,
+        replicationcontroller_columns
     ),
     row!(
         "v1",
@@ -738,6 +754,7 @@ fn to_def(r: &Row) -> ResourceDef {
         spec_replicas: "spec.replicas".into(),
         status_replicas: "status.replicas".into(),
         label_selector: Some("spec.selector".into()),
+        selector_is_set: r.gv == "v1" && r.kind == "ReplicationController",
     });
     ResourceDef {
         validator: kubeforge_schema::builtin_schema(&group, &version, r.kind),
@@ -754,6 +771,7 @@ fn to_def(r: &Row) -> ResourceDef {
         scale,
         binding: r.subs & BINDING != 0,
         ephemeral_containers: r.subs & EPHEMERAL_CONTAINERS != 0,
+        eviction: r.subs & EVICTION != 0,
         columns: (r.columns)(),
         field_selectors: r.fields.iter().map(|s| s.to_string()).collect(),
         field_absent: ABSENT_FIELDS
@@ -1189,6 +1207,24 @@ fn replicaset_columns() -> Vec<Column> {
             selector_string(o.pointer("/spec/selector"))
         }),
     ]
+}
+
+/// `kubectl get rc`: a ReplicaSet's columns, the selector a plain label
+/// map (kube's `printReplicationController`).
+fn replicationcontroller_columns() -> Vec<Column> {
+    let mut cols = replicaset_columns();
+    if let Some(last) = cols.last_mut() {
+        *last = Column::func("Selector", "string", 1, |o| {
+            match o
+                .pointer("/spec/selector")
+                .map(kubeforge_apimachinery::labels::Selector::from_set)
+            {
+                Some(Ok(s)) if !s.is_everything() => json!(s.to_string()),
+                _ => json!("<none>"),
+            }
+        });
+    }
+    cols
 }
 
 fn statefulset_columns() -> Vec<Column> {

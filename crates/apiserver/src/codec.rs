@@ -194,6 +194,17 @@ pub fn respond_value(code: StatusCode, v: &Value) -> Response<ApiBody> {
     respond(code, Bytes::from(crate::object::to_json_list(v)), false)
 }
 
+/// kube's `Status` Success answer to a create that makes no object
+/// (`pods/binding`, `pods/eviction`): 201, in Go's field order.
+pub fn respond_created_status() -> Response<ApiBody> {
+    const BODY: &str = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Success\",\"code\":201}\n";
+    respond(
+        StatusCode::CREATED,
+        Bytes::from_static(BODY.as_bytes()),
+        false,
+    )
+}
+
 /// The `Status` response for an error.
 pub fn respond_error(e: &ApiError) -> Response<ApiBody> {
     let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -203,6 +214,7 @@ pub fn respond_error(e: &ApiError) -> Response<ApiBody> {
     if let Some(v) = e
         .details
         .retry_after
+        .filter(|secs| *secs > 0)
         .and_then(|secs| HeaderValue::from_str(&secs.to_string()).ok())
     {
         r.headers_mut().insert(header::RETRY_AFTER, v);

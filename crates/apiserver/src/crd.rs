@@ -498,6 +498,7 @@ fn rows_for(crd: &Value) -> Vec<(ResourceDef, Option<Arc<Value>>)> {
                 .get("labelSelectorPath")
                 .and_then(Value::as_str)
                 .map(|p| p.trim_start_matches('.').to_string()),
+            selector_is_set: false,
         });
         let field_selectors = v
             .get("selectableFields")
@@ -523,6 +524,7 @@ fn rows_for(crd: &Value) -> Vec<(ResourceDef, Option<Arc<Value>>)> {
             scale,
             binding: false,
             ephemeral_containers: false,
+            eviction: false,
             columns,
             field_selectors,
             field_absent: &[],

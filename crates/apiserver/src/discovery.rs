@@ -133,6 +133,15 @@ pub(crate) fn subresources(d: &ResourceDef) -> Vec<Subresource> {
     if d.ephemeral_containers {
         out.push(own("ephemeralcontainers", GET_PATCH_UPDATE));
     }
+    if d.eviction {
+        out.push(Subresource {
+            name: "eviction",
+            group: "policy".into(),
+            version: "v1".into(),
+            kind: "Eviction".into(),
+            verbs: &["create"],
+        });
+    }
     if d.strategy == Strategy::Namespace {
         out.push(own("finalize", &["update"]));
     }

@@ -33,6 +33,7 @@ mod csr;
 mod discovery;
 mod ephemeral;
 pub mod error;
+mod eviction;
 mod fieldset;
 mod jsonpatch;
 mod kubeconfig;

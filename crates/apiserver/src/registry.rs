@@ -35,6 +35,9 @@ pub struct ScalePaths {
     pub status_replicas: String,
     /// Dotted path of the label selector string or object, if any.
     pub label_selector: Option<String>,
+    /// The selector there is a plain `{key: value}` map (a
+    /// ReplicationController's `spec.selector`), not a `LabelSelector`.
+    pub selector_is_set: bool,
 }
 
 /// Kind-specific rules applied on create and update (kube-apiserver's
@@ -99,6 +102,8 @@ pub struct ResourceDef {
     pub binding: bool,
     /// Has `pods/ephemeralcontainers`.
     pub ephemeral_containers: bool,
+    /// Has `pods/eviction` ([`crate::eviction`]).
+    pub eviction: bool,
     /// Table columns (besides NAME and AGE, which every table has).
     pub columns: Vec<Column>,
     /// Field selectors supported besides metadata.name and metadata.namespace.

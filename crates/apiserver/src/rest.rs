@@ -112,6 +112,9 @@ pub async fn serve(
             Method::PATCH => crate::patch::patch(&mut ctx, &body, Sub::EphemeralContainers).await,
             _ => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
         },
+        (Some("eviction"), true, &Method::POST) if ctx.def.eviction => {
+            crate::eviction::evict(&mut ctx, &body).await
+        }
         (Some("finalize"), true, &Method::PUT) if ctx.def.strategy == Strategy::Namespace => {
             update(&mut ctx, &body, Sub::Finalize).await
         }
@@ -1214,7 +1217,7 @@ pub(crate) async fn delete_now(
 }
 
 /// DeleteOptions from the body and the query.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct DeleteOptions {
     /// `propagationPolicy`: Background, Foreground or Orphan.
     pub propagation: Option<String>,
@@ -1286,25 +1289,7 @@ fn delete_options(ctx: &Ctx<'_>, body: &[u8]) -> ApiResult<DeleteOptions> {
             t @ (BodyType::Protobuf | BodyType::Yaml) => t,
             _ => BodyType::Json,
         };
-        let v = codec::decode(body, ty)?;
-        o.propagation = v
-            .get("propagationPolicy")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        o.uid = v
-            .pointer("/preconditions/uid")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        o.resource_version = v
-            .pointer("/preconditions/resourceVersion")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        o.grace = v.get("gracePeriodSeconds").and_then(Value::as_i64);
-        o.orphan_dependents = v.get("orphanDependents").and_then(Value::as_bool);
-        o.dry_run = v
-            .get("dryRun")
-            .and_then(Value::as_array)
-            .is_some_and(|a| a.iter().any(|x| x == "All"));
+        o = DeleteOptions::from_value(&codec::decode(body, ty)?);
     }
     if let Some(p) = ctx.query.get("propagationPolicy") {
         o.propagation = Some(p.to_string());
@@ -1315,40 +1300,65 @@ fn delete_options(ctx: &Ctx<'_>, body: &[u8]) -> ApiResult<DeleteOptions> {
     if let Some(od) = ctx.query.get("orphanDependents") {
         o.orphan_dependents = Some(od == "true");
     }
-    // Negative grace periods are treated as 1 second (kube's BeforeDelete).
-    if let Some(g) = o.grace
-        && g < 0
-    {
-        o.grace = Some(1);
+    o.checked()
+}
+
+impl DeleteOptions {
+    /// The fields of a `DeleteOptions` object: a DELETE's body, or an
+    /// Eviction's `deleteOptions`.
+    pub(crate) fn from_value(v: &Value) -> DeleteOptions {
+        let text = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+        DeleteOptions {
+            propagation: text("/propagationPolicy"),
+            uid: text("/preconditions/uid"),
+            resource_version: text("/preconditions/resourceVersion"),
+            grace: v.get("gracePeriodSeconds").and_then(Value::as_i64),
+            orphan_dependents: v.get("orphanDependents").and_then(Value::as_bool),
+            dry_run: v
+                .get("dryRun")
+                .and_then(Value::as_array)
+                .is_some_and(|a| a.iter().any(|x| x == "All")),
+        }
     }
-    let invalid = |reason: &str, message: String| {
-        ApiError::invalid(
-            "",
-            "DeleteOptions",
-            "",
-            vec![Cause {
-                reason: reason.into(),
-                message,
-                field: "propagationPolicy".into(),
-            }],
-        )
-    };
-    if let (Some(_), Some(p)) = (o.orphan_dependents, o.propagation.as_deref()) {
-        return Err(invalid(
-            "FieldValueInvalid",
-            format!(
-                "Invalid value: \"{p}\": orphanDependents and deletionPropagation cannot be both set"
-            ),
-        ));
-    }
-    match o.propagation.as_deref() {
-        None | Some("Background" | "Foreground" | "Orphan") => Ok(o),
-        Some(p) => Err(invalid(
-            "FieldValueNotSupported",
-            format!(
-                "Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
-            ),
-        )),
+
+    /// kube's checks of the options: `orphanDependents` and
+    /// `propagationPolicy` exclude each other, the policy is one of three,
+    /// and a negative grace period counts as 1 second (`BeforeDelete`).
+    pub(crate) fn checked(mut self) -> ApiResult<DeleteOptions> {
+        if let Some(g) = self.grace
+            && g < 0
+        {
+            self.grace = Some(1);
+        }
+        let invalid = |reason: &str, message: String| {
+            ApiError::invalid(
+                "",
+                "DeleteOptions",
+                "",
+                vec![Cause {
+                    reason: reason.into(),
+                    message,
+                    field: "propagationPolicy".into(),
+                }],
+            )
+        };
+        if let (Some(_), Some(p)) = (self.orphan_dependents, self.propagation.as_deref()) {
+            return Err(invalid(
+                "FieldValueInvalid",
+                format!(
+                    "Invalid value: \"{p}\": orphanDependents and deletionPropagation cannot be both set"
+                ),
+            ));
+        }
+        match self.propagation.as_deref() {
+            None | Some("Background" | "Foreground" | "Orphan") => Ok(self),
+            Some(p) => Err(invalid(
+                "FieldValueNotSupported",
+                format!(
+                    "Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+                ),
+            )),
+        }
     }
 }
 

@@ -1,6 +1,5 @@
 //! The `/scale` subresource (autoscaling/v1 Scale) and `pods/binding`.
 
-use bytes::Bytes;
 use http::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 
@@ -24,11 +23,17 @@ fn scale_of(ctx: &Ctx<'_>, obj: &Value) -> ApiResult<Value> {
         .label_selector
         .as_deref()
         .and_then(|p| object::get_path(obj, p))
-        .map(|v| match v {
-            Value::String(s) => s.clone(),
-            other => kubeforge_apimachinery::labels::Selector::from_label_selector(other)
-                .map(|s| s.to_string())
-                .unwrap_or_default(),
+        .map(|v| {
+            use kubeforge_apimachinery::labels::Selector;
+            match v {
+                Value::String(s) => s.clone(),
+                other if paths.selector_is_set => Selector::from_set(other)
+                    .map(|s| s.to_string())
+                    .unwrap_or_default(),
+                other => Selector::from_label_selector(other)
+                    .map(|s| s.to_string())
+                    .unwrap_or_default(),
+            }
         });
     let meta = obj.get("metadata").cloned().unwrap_or_else(|| json!({}));
     let mut scale = json!({
@@ -266,16 +271,7 @@ pub async fn bind(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response<ApiBody>
             .update(&key, Some(expected), move |rev| encoded.with_rv(rev))
             .await
         {
-            Ok(_) => {
-                // kube's Status in Go's field order.
-                let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","code":201}
-"#;
-                return Ok(codec::respond(
-                    StatusCode::CREATED,
-                    Bytes::from_static(status.as_bytes()),
-                    false,
-                ));
-            }
+            Ok(_) => return Ok(codec::respond_created_status()),
             Err(kubeforge_store::StoreError::Conflict { .. }) => continue,
             Err(e) => return Err(e.into()),
         }

@@ -158,6 +158,9 @@ pub fn validate(ctx: &Ctx<'_>, obj: &Value, causes: &mut Vec<Cause>) {
 /// present, non-empty and select the template's labels, as kube-apiserver's
 /// apps validation requires (else 422).
 fn validate_workload_selector(kind: &str, obj: &Value, causes: &mut Vec<Cause>) {
+    if kind == "ReplicationController" {
+        return validate_replication_controller(obj, causes);
+    }
     if !matches!(
         kind,
         "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet"
@@ -224,18 +227,105 @@ fn validate_workload_selector(kind: &str, obj: &Value, causes: &mut Vec<Cause>) 
         ok &= hit;
     }
     if !ok {
-        let shown: Vec<String> = labels
-            .iter()
-            .map(|(k, v)| format!("{}:{}", json!(k), v))
-            .collect();
+        causes.push(template_labels_mismatch(&labels));
+    }
+}
+
+/// A ReplicationController's defaults beyond replicas (kube's
+/// `SetDefaults_ReplicationController`): with template labels, an empty
+/// selector becomes them, and so do empty object labels.
+fn default_replication_controller(obj: &mut Value) {
+    let Some(labels) = obj
+        .pointer("/spec/template/metadata/labels")
+        .filter(|l| l.is_object())
+        .cloned()
+    else {
+        return;
+    };
+    let empty = |v: Option<&Value>| v.is_none_or(|v| v.as_object().is_none_or(Map::is_empty));
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+        && empty(spec.get("selector"))
+    {
+        spec.insert("selector".into(), labels.clone());
+    }
+    if obj.get("metadata").is_none_or(Value::is_object) && empty(obj.pointer("/metadata/labels")) {
+        meta_mut(obj).insert("labels".into(), labels);
+    }
+}
+
+/// A ReplicationController's selector and template (kube's
+/// `ValidateReplicationControllerSpec`): the selector is required, the
+/// template too, its labels must match the selector and its pods must
+/// restart always.
+fn validate_replication_controller(obj: &Value, causes: &mut Vec<Cause>) {
+    let Some(spec) = obj.get("spec") else { return };
+    let selector = spec.get("selector").and_then(Value::as_object);
+    if selector.is_none_or(Map::is_empty) {
         causes.push(Cause {
-            reason: "FieldValueInvalid".into(),
-            message: format!(
-                "Invalid value: map[string]string{{{}}}: `selector` does not match template `labels`",
-                shown.join(", ")
-            ),
-            field: "spec.template.metadata.labels".into(),
+            reason: "FieldValueRequired".into(),
+            message: "Required value".into(),
+            field: "spec.selector".into(),
         });
+    }
+    let Some(template) = spec.get("template").filter(|t| !t.is_null()) else {
+        causes.push(Cause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value".into(),
+            field: "spec.template".into(),
+        });
+        return;
+    };
+    let labels = template
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(sel) = selector.filter(|s| !s.is_empty())
+        && !sel.iter().all(|(k, v)| labels.get(k) == Some(v))
+    {
+        causes.push(template_labels_mismatch(&labels));
+    }
+    let restart = template
+        .pointer("/spec/restartPolicy")
+        .and_then(Value::as_str)
+        .unwrap_or("Always");
+    if restart != "Always" {
+        causes.push(Cause {
+            reason: "FieldValueNotSupported".into(),
+            message: format!(
+                "Unsupported value: {}: supported values: \"Always\"",
+                json!(restart)
+            ),
+            field: "spec.template.spec.restartPolicy".into(),
+        });
+    }
+    if template
+        .pointer("/spec/activeDeadlineSeconds")
+        .is_some_and(|v| !v.is_null())
+    {
+        causes.push(Cause {
+            reason: "FieldValueForbidden".into(),
+            message: "Forbidden: activeDeadlineSeconds in ReplicationController is not Supported"
+                .into(),
+            field: "spec.template.spec.activeDeadlineSeconds".into(),
+        });
+    }
+}
+
+/// kube's ``` `selector` does not match template `labels` ``` cause, the
+/// labels shown as Go prints a `map[string]string`.
+fn template_labels_mismatch(labels: &Map<String, Value>) -> Cause {
+    let shown: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{}:{}", json!(k), v))
+        .collect();
+    Cause {
+        reason: "FieldValueInvalid".into(),
+        message: format!(
+            "Invalid value: map[string]string{{{}}}: `selector` does not match template `labels`",
+            shown.join(", ")
+        ),
+        field: "spec.template.metadata.labels".into(),
     }
 }
 
@@ -609,6 +699,9 @@ fn allocate_cluster_ip() -> String {
 }
 
 fn default_workload(kind: &str, obj: &mut Value) {
+    if kind == "ReplicationController" {
+        default_replication_controller(obj);
+    }
     let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
@@ -623,7 +716,7 @@ fn default_workload(kind: &str, obj: &mut Value) {
             set_default(spec, "revisionHistoryLimit", json!(10));
             set_default(spec, "progressDeadlineSeconds", json!(600));
         }
-        "ReplicaSet" => set_default(spec, "replicas", json!(1)),
+        "ReplicaSet" | "ReplicationController" => set_default(spec, "replicas", json!(1)),
         "StatefulSet" => {
             set_default(spec, "replicas", json!(1));
             set_default(spec, "podManagementPolicy", json!("OrderedReady"));

@@ -223,6 +223,155 @@ spec:
       containers: [{name: agent, image: busybox}]
 ";
 
+/// A ReplicationController as an old manifest writes it: no selector, the
+/// template's labels stand in.
+const REPLICATION_CONTROLLER: &str = "apiVersion: v1
+kind: ReplicationController
+metadata:
+  name: legacy
+spec:
+  replicas: 2
+  template:
+    metadata:
+      labels:
+        app: legacy
+    spec:
+      containers:
+      - name: c
+        image: nginx
+";
+
+#[test]
+fn kubectl_drain_waits_for_the_disruption_budget() {
+    let k = default_kubectl();
+    let c = Cluster::start(&["--memory", "--pod-exit-delay", "200ms"]);
+    c.ok(
+        &k,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--replicas=3",
+        ],
+    );
+    c.ok(&k, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+    c.ok(
+        &k,
+        &[
+            "create",
+            "poddisruptionbudget",
+            "web",
+            "--selector=app=web",
+            "--min-available=3",
+        ],
+    );
+    let budget = || {
+        c.ok(
+            &k,
+            &["get", "pdb", "web", "-o", "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}/{.status.observedGeneration}"],
+        )
+    };
+    wait_for(
+        "the budget to count 3 healthy pods",
+        Duration::from_secs(30),
+        || budget().trim() == "3/0/1",
+    );
+    let table = c.ok(&k, &["get", "pdb", "web"]);
+    let header = table.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("MIN AVAILABLE") && header.contains("ALLOWED DISRUPTIONS"),
+        "{table}"
+    );
+    let row: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row[..4], ["web", "3", "N/A", "0"], "{table}");
+
+    // The budget allows nothing: drain cordons the node, retries the 429s
+    // and gives up at its timeout with every pod still running.
+    let node = pods(&c, &k, "app=web")[0].node.clone();
+    let err = c.fails(
+        &k,
+        &["drain", &node, "--ignore-daemonsets", "--timeout=12s"],
+    );
+    assert!(
+        err.contains("Cannot evict pod as it would violate the pod's disruption budget.")
+            && err.contains("will retry after 5s"),
+        "drain stderr: {err}"
+    );
+    assert_eq!(
+        c.ok(
+            &k,
+            &["get", "node", &node, "-o", "jsonpath={.spec.unschedulable}"]
+        )
+        .trim(),
+        "true"
+    );
+    assert_eq!(running(&pods(&c, &k, "app=web")), 3);
+
+    // With room for one disruption the drain goes through, one pod at a
+    // time, and the Deployment comes back elsewhere.
+    c.ok(
+        &k,
+        &[
+            "patch",
+            "pdb",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"minAvailable":2}}"#,
+        ],
+    );
+    let out = c.ok(
+        &k,
+        &["drain", &node, "--ignore-daemonsets", "--timeout=120s"],
+    );
+    assert!(
+        out.contains(&format!("node/{node} drained")),
+        "drain: {out}"
+    );
+    wait_for(
+        "3 running pods off the drained node",
+        Duration::from_secs(60),
+        || {
+            let rows = pods(&c, &k, "app=web");
+            running(&rows) == 3 && rows.iter().all(|p| p.node != node)
+        },
+    );
+    c.ok(&k, &["uncordon", &node]);
+
+    // A ReplicationController: defaults, scale, columns.
+    c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(REPLICATION_CONTROLLER));
+    wait_for("2 legacy pods running", Duration::from_secs(60), || {
+        running(&pods(&c, &k, "app=legacy")) == 2
+    });
+    c.ok(&k, &["scale", "rc/legacy", "--replicas=3"]);
+    wait_for("3 legacy pods running", Duration::from_secs(60), || {
+        running(&pods(&c, &k, "app=legacy")) == 3
+    });
+    wait_for("the RC to report 3 ready", Duration::from_secs(30), || {
+        let table = c.ok(&k, &["get", "rc", "legacy"]);
+        let row: Vec<String> = table
+            .lines()
+            .nth(1)
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        row.len() >= 4 && row[..4] == ["legacy", "3", "3", "3"]
+    });
+    let wide = c.ok(&k, &["get", "rc", "legacy", "-o", "wide"]);
+    assert!(
+        wide.contains("SELECTOR") && wide.contains("app=legacy"),
+        "{wide}"
+    );
+    c.stop();
+}
+
 #[test]
 fn node_config_job_and_daemonset_on_untainted_nodes() {
     let k = default_kubectl();

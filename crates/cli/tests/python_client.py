@@ -49,6 +49,49 @@ def main(kubeconfig):
     scale = apps.read_namespaced_deployment_scale("web", "py")
     assert scale.spec.replicas == 1
 
+    # A budget that allows no disruption: the eviction is a 429 with kube's
+    # message, and the pod stays.
+    # (A Deployment of its own: "web" is still rolling out its patch.)
+    guarded = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "guarded"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "guarded"}},
+                 "template": {"metadata": {"labels": {"app": "guarded"}},
+                              "spec": {"containers": [{"name": "c", "image": "nginx"}]}}},
+    }
+    apps.create_namespaced_deployment("py", guarded)
+    policy = client.PolicyV1Api()
+    policy.create_namespaced_pod_disruption_budget("py", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guarded"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
+    pod = None
+    for _ in range(600):
+        pdb = policy.read_namespaced_pod_disruption_budget("guarded", "py")
+        running = [p for p in core.list_namespaced_pod("py", label_selector="app=guarded").items
+                   if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+        if pdb.status and pdb.status.current_healthy == 1 and pdb.status.observed_generation == 1 and running:
+            pod = running[0].metadata.name
+            break
+        time.sleep(0.1)
+    assert pod, "the budget never saw the ready pod"
+    assert pdb.status.disruptions_allowed == 0 and pdb.status.desired_healthy == 1, pdb.status
+    try:
+        core.create_namespaced_pod_eviction(pod, "py", client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=pod, namespace="py")))
+        raise AssertionError("an eviction broke the budget")
+    except ApiException as e:
+        assert e.status == 429, (e.status, e.body)
+        assert "Cannot evict pod as it would violate the pod's disruption budget." in e.body, e.body
+    core.read_namespaced_pod(pod, "py")
+
+    # ReplicationControllers and their scale.
+    rc = {"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "old"},
+          "spec": {"replicas": 2, "template": {"metadata": {"labels": {"app": "old"}},
+                   "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}
+    created = core.create_namespaced_replication_controller("py", rc)
+    assert created.spec.selector == {"app": "old"}, created.spec.selector
+    rc_scale = core.read_namespaced_replication_controller_scale("old", "py")
+    assert rc_scale.spec.replicas == 2 and rc_scale.status.selector == "app=old", rc_scale
+
     # Watch sees a change made after it started.
     w = watch.Watch()
     seen = []

@@ -1,5 +1,6 @@
 //! The official Python client (`kubernetes` package) against `kubeforge up`:
-//! CRUD, strategic merge patch, scale, watch, CRDs and custom objects, the
+//! CRUD, strategic merge patch, scale, watch, a PodDisruptionBudget refusing
+//! an eviction, ReplicationControllers, CRDs and custom objects, the
 //! dynamic client. The test fails when python3 or the package is missing.
 
 mod common;

@@ -1,8 +1,9 @@
 //! The workload controllers of kube-controller-manager, as kube-rs clients
 //! on `kubeforge-runtime`: [ReplicaSet](replicaset), [Deployment](deployment),
 //! [StatefulSet](statefulset), [DaemonSet](daemonset), [Job](job),
-//! [CronJob](cronjob), [EndpointSlices and Endpoints](endpoints) and
-//! [node lifecycle](nodelifecycle).
+//! [CronJob](cronjob), [EndpointSlices and Endpoints](endpoints),
+//! [node lifecycle](nodelifecycle), ReplicationControllers (run by the
+//! ReplicaSet code) and [PodDisruptionBudgets](disruption).
 //!
 //! Entry points (what `kubeforge up` and the test environment call):
 //!
@@ -33,8 +34,9 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, ReplicationController, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kubeforge_runtime::Cache;
 use kubeforge_runtime::events::EventRecorder;
@@ -47,6 +49,7 @@ pub mod clock;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod job;
 pub mod nodelifecycle;
@@ -58,7 +61,7 @@ pub(crate) mod util;
 pub use clock::{Clock, ManualClock, SystemClock};
 
 /// The names of the workload controllers, as `kubeforge up` prints them.
-pub const NAMES: &str = "replicaset, deployment, statefulset, daemonset, job, cronjob, endpointslice, endpoints, node-lifecycle";
+pub const NAMES: &str = "replicaset, replicationcontroller, deployment, statefulset, daemonset, job, cronjob, endpointslice, endpoints, node-lifecycle, disruption";
 
 /// One workload controller, to enable or disable it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,11 +82,15 @@ pub enum WorkloadController {
     Endpoints,
     /// Node heartbeats → Ready condition, taints, evictions.
     NodeLifecycle,
+    /// ReplicationControllers → pods.
+    ReplicationController,
+    /// Pods → PodDisruptionBudget status.
+    Disruption,
 }
 
 impl WorkloadController {
     /// Every controller.
-    pub const ALL: [WorkloadController; 8] = [
+    pub const ALL: [WorkloadController; 10] = [
         WorkloadController::ReplicaSet,
         WorkloadController::Deployment,
         WorkloadController::StatefulSet,
@@ -92,6 +99,8 @@ impl WorkloadController {
         WorkloadController::CronJob,
         WorkloadController::Endpoints,
         WorkloadController::NodeLifecycle,
+        WorkloadController::ReplicationController,
+        WorkloadController::Disruption,
     ];
 }
 
@@ -165,6 +174,8 @@ pub(crate) struct Ctx {
     pub events: EventRecorder,
     pub pods: Cache<Pod>,
     pub replicasets: Cache<ReplicaSet>,
+    pub replicationcontrollers: Cache<ReplicationController>,
+    pub budgets: Cache<PodDisruptionBudget>,
     pub deployments: Cache<Deployment>,
     pub daemonsets: Cache<DaemonSet>,
     pub statefulsets: Cache<StatefulSet>,
@@ -237,6 +248,8 @@ pub async fn start(client: Client, opts: WorkloadOptions) -> Result<Workloads, E
         client,
         pods: mgr.store::<Pod>(),
         replicasets: mgr.store::<ReplicaSet>(),
+        replicationcontrollers: mgr.store::<ReplicationController>(),
+        budgets: mgr.store::<PodDisruptionBudget>(),
         deployments: mgr.store::<Deployment>(),
         daemonsets: mgr.store::<DaemonSet>(),
         statefulsets: mgr.store::<StatefulSet>(),
@@ -275,6 +288,12 @@ pub async fn start(client: Client, opts: WorkloadOptions) -> Result<Workloads, E
     }
     if on(WorkloadController::NodeLifecycle) {
         nodelifecycle::register(&mgr, ctx.clone());
+    }
+    if on(WorkloadController::ReplicationController) {
+        replicaset::register_replication_controllers(&mgr, ctx.clone());
+    }
+    if on(WorkloadController::Disruption) {
+        disruption::register(&mgr, ctx.clone());
     }
     let shutdown = mgr.shutdown_handle();
     let task = tokio::spawn(mgr.run());

@@ -12,6 +12,12 @@
 //! restarts, newer. A pod it cannot create (a rejected template) sets
 //! ReplicaFailure=True (reason FailedCreate), records a Warning event and
 //! is retried with the runtime's per-object backoff, never in a hot loop.
+//!
+//! ReplicationControllers (core/v1) are run by the same code, as kube's
+//! replication manager wraps its ReplicaSet controller: each is read as a
+//! ReplicaSet whose `matchLabels` is the controller's label map, and its
+//! pods, owner references, events and status name the
+//! ReplicationController.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -20,7 +26,8 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, ReplicationController};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kubeforge_runtime::Cache;
@@ -30,6 +37,147 @@ use serde_json::{Value, json};
 use super::Ctx;
 use super::util::{self, controller_of, is_active, key_of, matches, selector};
 use crate::gc_object::GcObject;
+
+/// Which kind a sync serves: both are reconciled as ReplicaSets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// apps/v1 ReplicaSet.
+    ReplicaSet,
+    /// core/v1 ReplicationController.
+    ReplicationController,
+}
+
+impl Flavor {
+    fn kind(self) -> &'static str {
+        match self {
+            Flavor::ReplicaSet => "ReplicaSet",
+            Flavor::ReplicationController => "ReplicationController",
+        }
+    }
+
+    fn api_version(self) -> &'static str {
+        match self {
+            Flavor::ReplicaSet => "apps/v1",
+            Flavor::ReplicationController => "v1",
+        }
+    }
+
+    fn key_prefix(self) -> &'static str {
+        match self {
+            Flavor::ReplicaSet => "rs",
+            Flavor::ReplicationController => "rc",
+        }
+    }
+
+    /// The controller reference its pods carry.
+    fn owner(self, rs: &ReplicaSet) -> Option<OwnerReference> {
+        let mut o = util::owner_ref(rs)?;
+        o.kind = self.kind().into();
+        o.api_version = self.api_version().into();
+        Some(o)
+    }
+
+    /// The latest cached version of the object `rs` was read from.
+    fn latest(self, ctx: &Ctx, rs: &ReplicaSet) -> Option<Arc<ReplicaSet>> {
+        match self {
+            Flavor::ReplicaSet => ctx.replicasets.get(&ObjectRef::from_obj(rs)),
+            Flavor::ReplicationController => {
+                let name = rs.metadata.name.as_deref().unwrap_or_default();
+                let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
+                ctx.replicationcontrollers
+                    .get(&ObjectRef::new(name).within(ns))
+                    .and_then(|rc| as_replica_set(&rc))
+                    .map(Arc::new)
+            }
+        }
+    }
+
+    /// Record a Warning event on the object (the ReplicationController
+    /// itself for that flavor).
+    async fn warn(self, ctx: &Ctx, rs: &ReplicaSet, reason: &str, action: &str, note: &str) {
+        use kube::Resource;
+        let mut target = rs.object_ref(&());
+        target.kind = Some(self.kind().into());
+        target.api_version = Some(self.api_version().into());
+        let ev = kube::runtime::events::Event {
+            type_: kube::runtime::events::EventType::Warning,
+            reason: reason.into(),
+            note: (!note.is_empty()).then(|| note.to_string()),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.events.recorder().publish(&ev, &target).await {
+            tracing::debug!(error = %e, reason, "event not recorded");
+        }
+    }
+}
+
+/// A ReplicationController read as the ReplicaSet the controller syncs:
+/// the same metadata, spec and status, its label map as `matchLabels`.
+pub(crate) fn as_replica_set(rc: &ReplicationController) -> Option<ReplicaSet> {
+    let mut v = serde_json::to_value(rc).ok()?;
+    v["apiVersion"] = json!("apps/v1");
+    v["kind"] = json!("ReplicaSet");
+    if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
+        let labels = spec.remove("selector").unwrap_or_else(|| json!({}));
+        spec.insert("selector".into(), json!({"matchLabels": labels}));
+    }
+    serde_json::from_value(v).ok()
+}
+
+/// Register the ReplicationController flavor with `mgr`.
+pub(crate) fn register_replication_controllers(mgr: &Manager, ctx: Arc<Ctx>) {
+    let rc_store = ctx.replicationcontrollers.clone();
+    let mapper_ctx = ctx.clone();
+    mgr.controller::<ReplicationController, _>("replicationcontroller", super::Shared(ctx.clone()))
+        .watches::<Pod, _>(move |pod| {
+            mapper_ctx.pod_index.observe(&mapper_ctx.pods, pod);
+            rc_pod_owners(&rc_store, pod)
+        })
+        .max_concurrent_reconciles(ctx.opts.concurrency)
+        .register(reconcile_rc);
+}
+
+/// The ReplicationControllers to reconcile when `pod` changes (as
+/// [`pod_owners`]).
+fn rc_pod_owners(
+    store: &Cache<ReplicationController>,
+    pod: &Pod,
+) -> Vec<ObjectRef<ReplicationController>> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    match controller_of(&pod.metadata) {
+        Some(r) if r.kind == "ReplicationController" && r.api_version == "v1" => {
+            vec![ObjectRef::new(&r.name).within(ns)]
+        }
+        Some(_) => Vec::new(),
+        None => store
+            .state()
+            .iter()
+            .filter(|rc| rc.metadata.namespace.as_deref() == Some(ns))
+            .filter(|rc| {
+                let set = rc.spec.as_ref().and_then(|s| s.selector.as_ref());
+                // An empty selector is refused by validation; never adopt with one.
+                set.is_some_and(|set| {
+                    !set.is_empty()
+                        && set.iter().all(|(k, v)| {
+                            pod.metadata.labels.as_ref().and_then(|l| l.get(k)) == Some(v)
+                        })
+                })
+            })
+            .map(|rc| ObjectRef::from_obj(&**rc))
+            .collect(),
+    }
+}
+
+async fn reconcile_rc(
+    rc: Arc<ReplicationController>,
+    ctx: Arc<super::Shared>,
+) -> Result<Action, ReconcileError> {
+    match as_replica_set(&rc) {
+        Some(rs) => sync(&ctx, Flavor::ReplicationController, Arc::new(rs)).await,
+        None => Ok(Action::await_change()),
+    }
+}
 
 /// Register the controller with `mgr`.
 pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
@@ -118,8 +266,11 @@ pub(crate) fn deletion_order(a: &Pod, b: &Pod) -> Ordering {
 }
 
 async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<super::Shared>) -> Result<Action, ReconcileError> {
-    let ctx: &Ctx = &ctx;
-    let key = format!("rs/{}", key_of(&rs.metadata));
+    sync(&ctx, Flavor::ReplicaSet, rs).await
+}
+
+async fn sync(ctx: &Ctx, flavor: Flavor, rs: Arc<ReplicaSet>) -> Result<Action, ReconcileError> {
+    let key = format!("{}/{}", flavor.key_prefix(), key_of(&rs.metadata));
     let replicas = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let share = f64::from(replicas.clamp(0, 1000)) / 1000.0;
     let waited = ctx
@@ -129,7 +280,7 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<super::Shared>) -> Result<Actio
     // After a wait, read the latest object: it may have changed meanwhile.
     let rs = match waited {
         false => rs,
-        true => match ctx.replicasets.get(&ObjectRef::from_obj(&*rs)) {
+        true => match flavor.latest(ctx, &rs) {
             Some(latest) => latest,
             None => {
                 ctx.pacer.forget(&key);
@@ -146,14 +297,13 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<super::Shared>) -> Result<Actio
     let sel = match selector(Some(&spec.selector)) {
         Ok(s) => s,
         Err(e) => {
-            let _ = ctx
-                .events
-                .warning(&*rs, "InvalidSelector", "Sync", &e.to_string())
+            flavor
+                .warn(ctx, &rs, "InvalidSelector", "Sync", &e.to_string())
                 .await;
             return Ok(Action::await_change());
         }
     };
-    let pods = claim_pods(ctx, &rs, &sel)
+    let pods = claim_pods(ctx, flavor, &rs, &sel)
         .await
         .map_err(ReconcileError::new)?;
     let active: Vec<Arc<Pod>> = pods.into_iter().filter(|p| is_active(p)).collect();
@@ -161,16 +311,13 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<super::Shared>) -> Result<Actio
     let mut failure: Option<String> = None;
     if ctx.expectations.satisfied(&key, &ctx.pods) {
         let want = spec.replicas.unwrap_or(1).max(0) as usize;
-        if let Err(e) = manage(ctx, &rs, &key, &active, want).await {
+        if let Err(e) = manage(ctx, flavor, &rs, &key, &active, want).await {
             failure = Some(e.to_string());
         }
     }
-    let requeue = write_status(ctx, &rs, &active, failure.as_deref()).await?;
+    let requeue = write_status(ctx, flavor, &rs, &active, failure.as_deref()).await?;
     if let Some(msg) = failure {
-        let _ = ctx
-            .events
-            .warning(&*rs, "FailedCreate", "Create", &msg)
-            .await;
+        flavor.warn(ctx, &rs, "FailedCreate", "Create", &msg).await;
         return Err(ReconcileError::new(std::io::Error::other(msg)));
     }
     Ok(match requeue {
@@ -184,6 +331,7 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<super::Shared>) -> Result<Actio
 /// the pod index's slim copies, adopted ones as read from the cache.
 pub(crate) async fn claim_pods(
     ctx: &Ctx,
+    flavor: Flavor,
     rs: &ReplicaSet,
     sel: &Option<kube::core::Selector>,
 ) -> Result<Vec<Arc<Pod>>, kube::Error> {
@@ -197,7 +345,7 @@ pub(crate) async fn claim_pods(
             util::release::<Pod>(&ctx.client, &p.metadata, &uid).await?;
         }
     }
-    let Some(owner) = util::owner_ref(rs) else {
+    let Some(owner) = flavor.owner(rs) else {
         return Ok(out);
     };
     for p in ctx.pod_index.orphans(&ctx.pods, &ns) {
@@ -214,6 +362,7 @@ pub(crate) async fn claim_pods(
 /// Create or delete pods so that `want` are active.
 async fn manage(
     ctx: &Ctx,
+    flavor: Flavor,
     rs: &ReplicaSet,
     key: &str,
     active: &[Arc<Pod>],
@@ -225,7 +374,7 @@ async fn manage(
     let burst = ctx.opts.burst_replicas.max(1);
     if active.len() < want {
         let mut left = (want - active.len()).min(burst);
-        let Some(owner) = util::owner_ref(rs) else {
+        let Some(owner) = flavor.owner(rs) else {
             return Ok(());
         };
         let template = rs
@@ -291,6 +440,7 @@ async fn manage(
 /// about to become available.
 async fn write_status(
     ctx: &Ctx,
+    flavor: Flavor,
     rs: &ReplicaSet,
     active: &[Arc<Pod>],
     failure: Option<&str>,
@@ -364,14 +514,17 @@ async fn write_status(
             "observedGeneration": rs.metadata.generation,
             "conditions": if conditions.is_empty() { Value::Null } else { serde_json::to_value(&conditions).unwrap_or(Value::Null) },
         });
-        match util::patch_status::<ReplicaSet>(
-            &ctx.client,
-            rs.metadata.namespace.as_deref(),
-            rs.metadata.name.as_deref().unwrap_or_default(),
-            status,
-        )
-        .await
-        {
+        let ns = rs.metadata.namespace.as_deref();
+        let name = rs.metadata.name.as_deref().unwrap_or_default();
+        let written = match flavor {
+            Flavor::ReplicaSet => {
+                util::patch_status::<ReplicaSet>(&ctx.client, ns, name, status).await
+            }
+            Flavor::ReplicationController => {
+                util::patch_status::<ReplicationController>(&ctx.client, ns, name, status).await
+            }
+        };
+        match written {
             Ok(()) => {}
             Err(e) if crate::is_not_found(&e) => {}
             Err(e) => return Err(ReconcileError::new(e)),
