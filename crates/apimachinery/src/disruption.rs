@@ -30,8 +30,10 @@ pub const SYNC_FAILED: &str = "SyncFailed";
 /// `message`, `observedGeneration`) in the list at `status.conditions`,
 /// as `meta.SetStatusCondition` does: `lastTransitionTime` becomes `now`
 /// when the condition is new or its status changes, else it is kept; the
-/// other fields are replaced.
-pub fn set_status_condition(status: &mut Value, mut cond: Value, now: &str) {
+/// other fields are replaced. (The typed form for controllers is
+/// `kubeforge_runtime::conditions`; this one works on the JSON the API
+/// server holds.)
+fn set_status_condition(status: &mut Value, mut cond: Value, now: &str) {
     if !status.is_object() {
         *status = json!({});
     }
@@ -88,6 +90,26 @@ pub fn update_disruption_allowed(status: &mut Value, now: &str) {
     );
 }
 
+/// The status after a sync that could not count (the controller's
+/// `failSafe`): no disruptions allowed, and the condition False/SyncFailed
+/// with `why`, observed at the status's current `observedGeneration`.
+pub fn sync_failed(status: &mut Value, why: &str, now: &str) {
+    if !status.is_object() {
+        *status = json!({});
+    }
+    status["disruptionsAllowed"] = json!(0);
+    let observed = status
+        .get("observedGeneration")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    set_status_condition(
+        status,
+        json!({"type": DISRUPTION_ALLOWED, "status": "False", "observedGeneration": observed,
+               "reason": SYNC_FAILED, "message": why}),
+        now,
+    );
+}
+
 /// Whether the PodDisruptionBudget's condition agrees with its status and
 /// generation (`ConditionsAreUpToDate`).
 pub fn conditions_up_to_date(pdb: &Value) -> bool {
@@ -140,6 +162,21 @@ mod tests {
         assert_eq!(st["conditions"][0]["reason"], INSUFFICIENT_PODS);
         assert_eq!(st["conditions"][0]["lastTransitionTime"], "t3");
         assert_eq!(st["conditions"].as_array().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn a_failed_sync_allows_nothing() {
+        let mut st = json!({"disruptionsAllowed": 2, "observedGeneration": 4});
+        update_disruption_allowed(&mut st, "t1");
+        sync_failed(&mut st, "found no controllers for pod \"p\"", "t2");
+        assert_eq!(st["disruptionsAllowed"], 0);
+        let c = &st["conditions"][0];
+        assert_eq!(
+            (c["status"].as_str(), c["reason"].as_str()),
+            (Some("False"), Some(SYNC_FAILED))
+        );
+        assert_eq!(c["lastTransitionTime"], "t2");
+        assert_eq!(c["observedGeneration"], 4);
     }
 
     #[test]

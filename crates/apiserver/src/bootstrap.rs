@@ -27,10 +27,11 @@ use http::HeaderMap;
 use serde_json::{Value, json};
 
 use crate::codec::Accept;
+use crate::context::{Ctx, Sub};
 use crate::error::{ApiError, ApiResult};
 use crate::object::{self, meta_str};
 use crate::request::Query;
-use crate::rest::{self, Ctx, Sub};
+use crate::rest;
 use crate::server::{ApiServer, Inner};
 
 /// How often everything is checked even when nothing said it changed.

@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 
 use crate::body::ApiBody;
 use crate::codec;
+use crate::context::Ctx;
 use crate::error::{ApiError, ApiResult, GroupResource};
-use crate::rest::Ctx;
 use crate::table::{self, IncludeObject};
 
 /// The resource's plural.

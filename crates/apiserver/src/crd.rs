@@ -9,9 +9,9 @@ use kubeforge_apimachinery::names::NameRule;
 use kubeforge_schema::Validator;
 use serde_json::{Value, json};
 
+use crate::context::Ctx;
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::registry::{ALL_VERBS, CustomInfo, ResourceDef, ScalePaths, Strategy};
-use crate::rest::Ctx;
 use crate::server::ApiServer;
 use crate::table::{CellSource, Column};
 

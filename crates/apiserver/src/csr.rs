@@ -19,9 +19,9 @@
 use kubeforge_apimachinery::names::Cause as FieldCause;
 use serde_json::{Value, json};
 
+use crate::context::{Ctx, Sub};
 use crate::error::{ApiResult, Cause};
 use crate::registry::ResourceDef;
-use crate::rest::{Ctx, Sub};
 
 /// Whether a row is the CertificateSigningRequest resource.
 pub(crate) fn is_csr(d: &ResourceDef) -> bool {

@@ -8,8 +8,8 @@
 
 use serde_json::Value;
 
+use crate::context::Ctx;
 use crate::error::{ApiResult, Cause};
-use crate::rest::Ctx;
 
 /// Fields an ephemeral container may set (kube's
 /// `allowedEphemeralContainerFields`); `resources` may be present empty.

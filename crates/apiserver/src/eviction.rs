@@ -25,10 +25,11 @@ use serde_json::{Value, json};
 
 use crate::body::ApiBody;
 use crate::codec::{self, Accept, BodyType};
+use crate::context::{Ctx, Sub};
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::object;
 use crate::request::Query;
-use crate::rest::{self, Ctx, DeleteOptions, Sub};
+use crate::rest::{self, DeleteOptions};
 
 /// More entries than this in a budget's `disruptedPods` refuse evictions
 /// (kube's `MaxDisruptedPodSize`): the controller is not keeping up.

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde_json::Value;
 
 use crate::codec::{self, BodyType};
+use crate::context::{Ctx, Sub};
 use crate::error::{ApiError, ApiResult, Cause};
-use crate::rest::{Ctx, Sub};
 use crate::ssa::{
     self, ApplyError, ApplyRequest, CrdSchema, ListTypes, Schema, Scope, UpdateRequest,
 };

@@ -27,6 +27,7 @@ mod bootstrap;
 mod builtin;
 pub mod codec;
 mod componentstatus;
+mod context;
 mod convert;
 mod crd;
 mod csr;

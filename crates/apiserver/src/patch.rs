@@ -6,8 +6,9 @@ use serde_json::Value;
 
 use crate::body::ApiBody;
 use crate::codec::{self, BodyType};
+use crate::context::{Ctx, Sub};
 use crate::error::{ApiError, ApiResult, Cause};
-use crate::rest::{self, Ctx, Sub};
+use crate::rest;
 use crate::ssa::ApplyError;
 
 /// Serve a PATCH on an object or its status.

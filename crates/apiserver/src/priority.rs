@@ -14,9 +14,9 @@
 
 use serde_json::{Value, json};
 
+use crate::context::Ctx;
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::object::meta_str;
-use crate::rest::Ctx;
 use crate::server::ApiServer;
 
 /// The classes kube-apiserver creates at start-up: name, value, description.

@@ -5,10 +5,11 @@ use serde_json::{Value, json};
 
 use crate::body::ApiBody;
 use crate::codec::{self, BodyType};
+use crate::context::{Ctx, Sub};
 use crate::error::{ApiError, ApiResult};
 use crate::fieldset;
 use crate::object;
-use crate::rest::{self, Ctx, Sub};
+use crate::rest;
 use crate::ssa::{self, scale::SCALE_API_VERSION};
 
 fn scale_of(ctx: &Ctx<'_>, obj: &Value) -> ApiResult<Value> {

@@ -4,10 +4,10 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::context::Ctx;
 use crate::error::{ApiResult, Cause};
 use crate::object::meta_mut;
 use crate::registry::Strategy;
-use crate::rest::Ctx;
 
 /// Defaults and status rules on create.
 pub fn prepare_create(ctx: &Ctx<'_>, obj: &mut Value) {

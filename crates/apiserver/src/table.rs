@@ -382,6 +382,21 @@ pub fn row(columns: &[Column], obj: &Value, include: IncludeObject, now: jiff::T
     row
 }
 
+/// The `Table` of one object (a GET or a watch event), its list metadata
+/// carrying the object's resourceVersion.
+pub fn single(columns: &[Column], object: &Value, include: IncludeObject) -> Value {
+    let rv = object
+        .pointer("/metadata/resourceVersion")
+        .cloned()
+        .unwrap_or(json!(""));
+    table(
+        columns,
+        std::slice::from_ref(object),
+        include,
+        json!({"resourceVersion": rv}),
+    )
+}
+
 /// A whole `Table` object.
 pub fn table(
     columns: &[Column],

@@ -15,10 +15,11 @@ use tokio::sync::mpsc;
 
 use crate::body::ApiBody;
 use crate::codec::Accept;
+use crate::context::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::projection::Projection;
 use crate::registry::ResourceDef;
-use crate::rest::{Ctx, matches};
+use crate::rest::matches;
 use crate::table::{self, IncludeObject};
 
 /// How often a bookmark is sent when the client allows them.
@@ -65,18 +66,9 @@ impl Renderer {
         } else if self.accept.table || self.accept.metadata_only {
             let v: Value = serde_json::from_slice(&obj).unwrap_or(Value::Null);
             let wrapped = if self.accept.table {
-                let rv = v
-                    .pointer("/metadata/resourceVersion")
-                    .cloned()
-                    .unwrap_or(json!(""));
-                table::table(
-                    &self.def.columns,
-                    std::slice::from_ref(&v),
-                    self.include,
-                    json!({"resourceVersion": rv}),
-                )
+                table::single(&self.def.columns, &v, self.include)
             } else {
-                json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": v.get("metadata")})
+                crate::context::partial_metadata(&v)
             };
             crate::object::write_json(&mut out, &wrapped);
         } else {

@@ -40,6 +40,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -58,7 +59,7 @@ use crate::catalog::{Catalog, Resource};
 use crate::gc_graph::{Coordinates, Graph, GraphEvent, InvalidOwnerRef, Node, Queues, Uid};
 use crate::gc_object::GcObject;
 use crate::queue::Queue;
-use crate::{Error, Stop, is_conflict, is_not_found, send_discard};
+use crate::{Error, is_conflict, is_not_found, send_discard};
 
 /// The finalizer asking the garbage collector to orphan the dependents.
 pub const FINALIZER_ORPHAN: &str = "orphan";
@@ -171,7 +172,7 @@ impl GarbageCollector {
 
     /// Run until `shutdown` resolves.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        Stop::run_until_shutdown(|stop| self.run_until(stop), shutdown).await;
+        crate::run_until_shutdown(|stop| self.run_until(stop), shutdown).await;
     }
 
     /// Resolves once every resource watched at start has been listed into
@@ -201,7 +202,7 @@ impl GarbageCollector {
         }
     }
 
-    pub(crate) async fn run_until(self, mut stop: Stop) {
+    pub(crate) async fn run_until(self, stop: CancellationToken) {
         let s = self.shared.clone();
         let Some(rx) = lock(&s.events_rx).take() else {
             tracing::warn!("garbage collector already running");
@@ -235,7 +236,7 @@ impl GarbageCollector {
                     tracing::warn!(error = %e, "garbage collector: discovery failed");
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
-                        () = stop.wait() => {
+                        () = stop.cancelled() => {
                             s.shutdown(tasks, monitors).await;
                             return;
                         }
@@ -260,7 +261,7 @@ impl GarbageCollector {
             () = tokio::time::sleep(s.opts.sync_timeout) => {
                 tracing::warn!("garbage collector: not every resource listed in time; starting anyway");
             }
-            () = stop.wait() => {
+            () = stop.cancelled() => {
                 s.shutdown(tasks, monitors).await;
                 return;
             }
@@ -294,19 +295,14 @@ impl GarbageCollector {
                     s.rediscover(&mut monitors).await;
                 }
                 _ = tick.tick() => s.rediscover(&mut monitors).await,
-                () = stop.wait() => break,
+                () = stop.cancelled() => break,
             }
         }
         s.shutdown(tasks, monitors).await;
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
+use kubeforge_runtime::sync::lock;
 
 /// One watched resource.
 struct Monitor {

@@ -20,8 +20,8 @@
 use std::future::Future;
 
 use kube::Client;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 pub mod catalog;
 pub mod gc;
@@ -60,59 +60,29 @@ pub enum Error {
     Encode(#[from] serde_json::Error),
 }
 
-/// A stop signal shared by a controller's tasks.
-#[derive(Clone)]
-pub(crate) struct Stop(watch::Receiver<bool>);
-
-impl Stop {
-    pub(crate) fn new() -> (watch::Sender<bool>, Stop) {
-        let (tx, rx) = watch::channel(false);
-        (tx, Stop(rx))
+/// Drive `run` (a controller loop that ends when its token is cancelled)
+/// until it ends by itself or `shutdown` resolves; then cancel the token
+/// and let it finish.
+pub(crate) async fn run_until_shutdown<F>(
+    run: impl FnOnce(CancellationToken) -> F,
+    shutdown: impl std::future::Future<Output = ()>,
+) where
+    F: std::future::Future<Output = ()>,
+{
+    let stop = CancellationToken::new();
+    let run = run(stop.clone());
+    tokio::pin!(run);
+    tokio::select! {
+        () = &mut run => return,
+        () = shutdown => {}
     }
-
-    /// Resolves once stop was requested (or the sender is gone).
-    pub(crate) async fn wait(&mut self) {
-        let _ = self.0.wait_for(|s| *s).await;
-    }
-
-    /// Drive `run` (a controller loop that ends when its `Stop` fires)
-    /// until it ends by itself or `shutdown` resolves; then signal stop and
-    /// let it finish.
-    pub(crate) async fn run_until_shutdown<F>(
-        run: impl FnOnce(Stop) -> F,
-        shutdown: impl std::future::Future<Output = ()>,
-    ) where
-        F: std::future::Future<Output = ()>,
-    {
-        let (tx, stop) = Stop::new();
-        let run = run(stop);
-        tokio::pin!(run);
-        tokio::select! {
-            () = &mut run => return,
-            () = shutdown => {}
-        }
-        let _ = tx.send(true);
-        run.await;
-    }
+    stop.cancel();
+    run.await;
 }
 
-/// The HTTP status code of an API error, if it is one.
-pub(crate) fn status_code(e: &kube::Error) -> Option<u16> {
-    match e {
-        kube::Error::Api(s) => Some(s.code),
-        _ => None,
-    }
-}
-
-/// Whether `e` is a 404.
-pub(crate) fn is_not_found(e: &kube::Error) -> bool {
-    status_code(e) == Some(404)
-}
-
-/// Whether `e` is a 409.
-pub(crate) fn is_conflict(e: &kube::Error) -> bool {
-    status_code(e) == Some(409)
-}
+pub(crate) use kubeforge_runtime::api_errors::{
+    is_already_exists, is_conflict, is_not_found, status_code,
+};
 
 /// Send a request whose successful answer is not needed (it is read and
 /// dropped, never parsed); an error answer becomes `kube::Error::Api`.
@@ -157,7 +127,9 @@ async fn send_bytes(
 pub struct Builtin {
     gc: GarbageCollector,
     namespace: NamespaceController,
-    stop: watch::Sender<bool>,
+    /// Cancels the controllers' token when dropped (by [`Builtin::stop`]
+    /// or with the `Builtin`).
+    stop: tokio_util::sync::DropGuard,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -166,11 +138,12 @@ pub struct Builtin {
 pub fn start_builtin(client: Client) -> Builtin {
     let gc = GarbageCollector::new(client.clone(), GcOptions::default());
     let namespace = NamespaceController::new(client, NamespaceOptions::default());
-    let (stop, rx) = Stop::new();
+    let token = CancellationToken::new();
     let tasks = vec![
-        tokio::spawn(gc.clone().run_until(rx.clone())),
-        tokio::spawn(namespace.clone().run_until(rx)),
+        tokio::spawn(gc.clone().run_until(token.clone())),
+        tokio::spawn(namespace.clone().run_until(token.clone())),
     ];
+    let stop = token.drop_guard();
     Builtin {
         gc,
         namespace,
@@ -206,8 +179,9 @@ impl Builtin {
 
     /// Stop both controllers and wait for their tasks.
     pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        for t in self.tasks {
+        let Builtin { stop, tasks, .. } = self;
+        drop(stop);
+        for t in tasks {
             let _ = t.await;
         }
     }

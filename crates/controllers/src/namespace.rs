@@ -14,8 +14,9 @@
 //! never in a hot loop.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition, NamespaceStatus};
@@ -28,7 +29,7 @@ use tokio::task::JoinHandle;
 
 use crate::catalog::{Catalog, Resource};
 use crate::queue::Queue;
-use crate::{Error, Stop, is_conflict, is_not_found, send_discard, status_code};
+use crate::{Error, is_conflict, is_not_found, send_discard, status_code};
 
 /// The finalizer token this controller owns in `spec.finalizers`.
 pub const FINALIZER_KUBERNETES: &str = "kubernetes";
@@ -72,12 +73,7 @@ struct Shared {
     running: Mutex<bool>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
+use kubeforge_runtime::sync::lock;
 
 /// What emptying a namespace left behind.
 #[derive(Debug, Default)]
@@ -110,7 +106,7 @@ impl NamespaceController {
 
     /// Run until `shutdown` resolves.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        Stop::run_until_shutdown(|stop| self.run_until(stop), shutdown).await;
+        crate::run_until_shutdown(|stop| self.run_until(stop), shutdown).await;
     }
 
     /// Resolves once the namespaces have been listed.
@@ -119,7 +115,7 @@ impl NamespaceController {
         let _ = rx.wait_for(|s| *s).await;
     }
 
-    pub(crate) async fn run_until(self, mut stop: Stop) {
+    pub(crate) async fn run_until(self, stop: CancellationToken) {
         let s = self.shared.clone();
         {
             let mut r = lock(&s.running);
@@ -143,7 +139,7 @@ impl NamespaceController {
         loop {
             let ev = tokio::select! {
                 ev = events.next() => ev,
-                () = stop.wait() => break,
+                () = stop.cancelled() => break,
             };
             let Some(ev) = ev else { break };
             let ns = match ev {

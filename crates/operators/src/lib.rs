@@ -23,7 +23,6 @@
 //! ```
 
 pub mod crontab;
-mod kube_errors;
 pub mod memcached;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

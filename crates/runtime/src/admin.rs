@@ -11,7 +11,7 @@ use axum::routing::get;
 
 use crate::informer::ErasedInformer;
 use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE};
-use crate::shutdown::Stop;
+use tokio_util::sync::CancellationToken;
 
 pub(crate) struct AdminState {
     pub(crate) metrics: Arc<Metrics>,
@@ -47,14 +47,18 @@ async fn readyz(State(s): State<Arc<AdminState>>) -> (StatusCode, String) {
 }
 
 /// Serve until `stop`.
-pub(crate) async fn serve(listener: tokio::net::TcpListener, state: AdminState, mut stop: Stop) {
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    stop: CancellationToken,
+) {
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(Arc::new(state));
     if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.wait().await })
+        .with_graceful_shutdown(async move { stop.cancelled().await })
         .await
     {
         tracing::warn!(error = %e, "admin server failed");

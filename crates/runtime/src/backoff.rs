@@ -8,7 +8,7 @@ use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::informer::lock;
+use crate::sync::lock;
 
 /// Base and cap of the per-object backoff.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

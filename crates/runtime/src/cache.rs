@@ -24,7 +24,8 @@ use std::time::Duration;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
 
-use crate::informer::{Cacheable, lock};
+use crate::informer::Cacheable;
+use crate::sync::lock;
 
 /// How often the informer drops decoded objects nobody holds.
 pub const TRIM_EVERY: Duration = Duration::from_secs(1);

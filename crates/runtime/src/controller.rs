@@ -33,11 +33,12 @@ use crate::action::Action;
 use crate::backoff::{BackoffConfig, ItemBackoff};
 use crate::cache::Cache;
 use crate::error::ReconcileError;
-use crate::informer::{Cacheable, Change, Handle, Informer, lock};
+use crate::informer::{Cacheable, Change, Handle, Informer};
 use crate::manager::Manager;
 use crate::metrics::{ControllerLabels, DepthSource, Metrics, QueueLabels, ResultLabels};
 use crate::predicates::Predicate;
-use crate::shutdown::Stop;
+use crate::sync::lock;
+use tokio_util::sync::CancellationToken;
 
 /// Builds a controller for primary kind `K` with context `C`; see
 /// [`Manager::controller`]. Nothing runs until [`register`](Self::register)
@@ -206,8 +207,10 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
             resync: self.resync,
             concurrency: self.max_concurrent,
         };
-        self.mgr
-            .add_controller(self.name, Box::new(move |stop: Stop| run.run(stop).boxed()));
+        self.mgr.add_controller(
+            self.name,
+            Box::new(move |stop: CancellationToken| run.run(stop).boxed()),
+        );
     }
 }
 
@@ -431,7 +434,7 @@ where
     Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
 {
     /// Run until `stop`: stop taking new work, finish what is in flight.
-    async fn run(self, stop: Stop) {
+    async fn run(self, stop: CancellationToken) {
         let shared = self.shared;
         let mut triggers: Vec<BoxStream<'static, ObjectRef<K>>> =
             self.sources.into_iter().map(|s| s(&shared)).collect();
@@ -448,13 +451,13 @@ where
             );
         }
         let queue_shared = shared.clone();
-        let mut stop_queue = stop.clone();
+        let stop_queue = stop.clone();
         let queue = stream::select_all(triggers)
             .map(move |r| {
                 queue_shared.add(r.clone(), Instant::now());
                 Ok::<_, Infallible>(r.into_kind_unchecked::<Handle<K>>(()))
             })
-            .take_until(async move { stop_queue.wait().await });
+            .take_until(async move { stop_queue.cancelled().await });
 
         let reconcile = self.reconcile;
         let worker_shared = shared.clone();
@@ -591,4 +594,4 @@ where
 }
 
 /// A controller, kind erased, as the manager holds it.
-pub(crate) type StartFn = Box<dyn FnOnce(Stop) -> BoxFuture<'static, ()> + Send>;
+pub(crate) type StartFn = Box<dyn FnOnce(CancellationToken) -> BoxFuture<'static, ()> + Send>;

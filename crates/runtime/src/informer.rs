@@ -41,7 +41,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::cache::{Cache, Shelf, Slot, TRIM_EVERY, key_of};
-use crate::shutdown::Stop;
+use crate::sync::lock;
+use tokio_util::sync::CancellationToken;
 
 /// The annotation `kubectl apply` (client-side) stores its input in.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -253,7 +254,12 @@ impl<K: Cacheable> Informer<K> {
         !lock(&self.subs).senders.is_empty()
     }
 
-    async fn run(self: Arc<Self>, client: Client, transform: Transform<K>, mut stop: Stop) {
+    async fn run(
+        self: Arc<Self>,
+        client: Client,
+        transform: Transform<K>,
+        stop: CancellationToken,
+    ) {
         let Some(mut handles) = lock(&self.handle_writer).take() else {
             return;
         };
@@ -275,7 +281,7 @@ impl<K: Cacheable> Informer<K> {
                     self.shelf.trim();
                     continue;
                 }
-                () = stop.wait() => return,
+                () = stop.cancelled() => return,
             };
             let Some(ev) = ev else { return };
             let ev = match ev {
@@ -386,13 +392,23 @@ pub(crate) type Transform<K> = Arc<dyn Fn(&mut K) + Send + Sync>;
 
 /// An informer with its kind erased, as the manager starts and polls it.
 pub(crate) trait ErasedInformer: Send + Sync {
-    fn start(self: Arc<Self>, client: Client, prune: bool, stop: Stop) -> JoinHandle<()>;
+    fn start(
+        self: Arc<Self>,
+        client: Client,
+        prune: bool,
+        stop: CancellationToken,
+    ) -> JoinHandle<()>;
     fn synced(&self) -> bool;
     fn kind(&self) -> &str;
 }
 
 impl<K: Cacheable> ErasedInformer for Informer<K> {
-    fn start(self: Arc<Self>, client: Client, prune_objects: bool, stop: Stop) -> JoinHandle<()> {
+    fn start(
+        self: Arc<Self>,
+        client: Client,
+        prune_objects: bool,
+        stop: CancellationToken,
+    ) -> JoinHandle<()> {
         let transform: Transform<K> = if prune_objects {
             Arc::new(prune::<K>)
         } else {
@@ -454,15 +470,6 @@ impl Informers {
             .iter()
             .map(|(_, _, e)| e.clone())
             .collect()
-    }
-}
-
-/// Lock a mutex, recovering from poisoning (a panicking holder cannot leave
-/// these structures half-updated in a way that matters).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }
 

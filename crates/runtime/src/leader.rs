@@ -14,6 +14,7 @@
 //! written as client-go writes them; on release (opt-in) the holder is
 //! emptied and the duration set to 1 s so a follower takes over at once.
 
+use crate::api_errors::{is_already_exists, is_conflict};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::shutdown::Stop;
+use tokio_util::sync::CancellationToken;
 
 /// Leader election settings (controller-runtime's defaults: 15 s lease,
 /// 10 s renew deadline, 2 s retry period, no release on shutdown).
@@ -177,10 +178,6 @@ pub(crate) struct Elector {
     observed: Option<(LeaseSpec, Instant)>,
 }
 
-fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
-}
-
 impl Elector {
     pub(crate) fn new(config: LeaderElection, client: Client) -> Elector {
         let api = Api::namespaced(client, &config.namespace);
@@ -224,7 +221,8 @@ impl Elector {
                     self.observe(&created.spec.unwrap_or_default());
                     Ok(true)
                 }
-                Err(e) if is_conflict(&e) => Ok(false),
+                // Another candidate created it first.
+                Err(e) if is_already_exists(&e) => Ok(false),
                 Err(e) => Err(e),
             };
         };
@@ -306,14 +304,14 @@ impl Elector {
         mut self,
         metrics: Arc<Metrics>,
         state: watch::Sender<LeaderState>,
-        mut stop: Stop,
+        stop: CancellationToken,
     ) {
         let name = self.config.name.clone();
         let retry = self.config.retry_period;
         metrics.set_leader(&name, false);
         tracing::info!(lease = %name, identity = %self.config.identity, "attempting to acquire leader lease");
         loop {
-            if stop.is_stopped() {
+            if stop.is_cancelled() {
                 return;
             }
             match self.try_acquire_or_renew().await {
@@ -325,7 +323,7 @@ impl Elector {
             }
             tokio::select! {
                 () = tokio::time::sleep(jittered(retry)) => {}
-                () = stop.wait() => return,
+                () = stop.cancelled() => return,
             }
         }
         tracing::info!(lease = %name, identity = %self.config.identity, "successfully acquired lease");
@@ -335,7 +333,7 @@ impl Elector {
         loop {
             tokio::select! {
                 () = tokio::time::sleep(retry) => {}
-                () = stop.wait() => {
+                () = stop.cancelled() => {
                     if self.config.release_on_cancel {
                         match self.release().await {
                             Ok(()) => tracing::info!(lease = %name, "released leader lease"),

@@ -51,6 +51,7 @@
 
 mod action;
 mod admin;
+pub mod api_errors;
 pub mod backoff;
 pub mod cache;
 pub mod conditions;
@@ -64,6 +65,7 @@ pub mod metrics;
 pub mod owner;
 pub mod predicates;
 mod shutdown;
+pub mod sync;
 pub mod webhook;
 
 pub use action::Action;

@@ -17,10 +17,12 @@ use tokio::sync::watch;
 use crate::admin::{self, AdminState};
 use crate::controller::{ControllerBuilder, StartFn};
 use crate::error::Error;
-use crate::informer::{Cacheable, Informers, lock};
+use crate::informer::{Cacheable, Informers};
 use crate::leader::{Elector, LeaderElection, LeaderState};
 use crate::metrics::Metrics;
-use crate::shutdown::{ShutdownHandle, Stop};
+use crate::shutdown::ShutdownHandle;
+use crate::sync::lock;
+use tokio_util::sync::CancellationToken;
 
 /// Configures a [`Manager`]; see [`Manager::builder`].
 #[must_use]
@@ -103,7 +105,6 @@ impl ManagerBuilder {
 
     /// The manager.
     pub fn build(self) -> Manager {
-        let (tx, _rx) = watch::channel(false);
         Manager {
             client: self.client,
             informers: Informers::new(self.compact),
@@ -115,7 +116,7 @@ impl ManagerBuilder {
             grace: self.grace,
             prune: self.prune,
             signals: self.signals,
-            shutdown: Arc::new(tx),
+            shutdown: CancellationToken::new(),
         }
     }
 }
@@ -132,7 +133,7 @@ pub struct Manager {
     grace: Duration,
     prune: bool,
     signals: bool,
-    shutdown: Arc<watch::Sender<bool>>,
+    shutdown: CancellationToken,
 }
 
 impl std::fmt::Debug for Manager {
@@ -246,7 +247,8 @@ impl Manager {
             (None, None) => None,
         };
 
-        let (bg_tx, bg_stop) = Stop::new();
+        let bg_stop = CancellationToken::new();
+        let _bg_guard = bg_stop.clone().drop_guard();
         let informers = self.informers.all();
         let mut background = Vec::new();
         for inf in &informers {
@@ -267,16 +269,17 @@ impl Manager {
         }
 
         let mut requested =
-            std::pin::pin!(shutdown_requested(self.shutdown.subscribe(), self.signals)?);
+            std::pin::pin!(shutdown_requested(self.shutdown.clone(), self.signals)?);
 
         // Leader election.
         let (state_tx, mut state_rx) = watch::channel(LeaderState::Following);
-        let (elector_tx, elector_stop) = Stop::new();
+        let elector_stop = CancellationToken::new();
+        let _elector_guard = elector_stop.clone().drop_guard();
         let elector = self.leader.clone().map(|le| {
             tokio::spawn(Elector::new(le, self.client.clone()).run(
                 self.metrics.clone(),
                 state_tx,
-                elector_stop,
+                elector_stop.clone(),
             ))
         });
         let mut result = Ok(());
@@ -291,7 +294,8 @@ impl Manager {
             () = &mut requested => {}
         }
 
-        let (ctrl_tx, ctrl_stop) = Stop::new();
+        let ctrl_stop = CancellationToken::new();
+        let _ctrl_guard = ctrl_stop.clone().drop_guard();
         let mut handles = Vec::new();
         if started {
             for (name, start) in lock(&self.controllers).drain(..) {
@@ -319,7 +323,7 @@ impl Manager {
         }
 
         // Graceful, bounded: no new work, finish what is in flight.
-        let _ = ctrl_tx.send(true);
+        ctrl_stop.cancel();
         let aborts: Vec<_> = handles.iter().map(|h| h.abort_handle()).collect();
         if tokio::time::timeout(self.grace, join_all(handles))
             .await
@@ -332,11 +336,11 @@ impl Manager {
         }
         // Then the Lease (released now if configured), then caches and the
         // admin server.
-        let _ = elector_tx.send(true);
+        elector_stop.cancel();
         if let Some(e) = elector {
             let _ = e.await;
         }
-        let _ = bg_tx.send(true);
+        bg_stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), join_all(background)).await;
         result
     }
@@ -345,7 +349,7 @@ impl Manager {
 /// Resolves when a shutdown is requested through the handle or (if
 /// `signals`) by SIGTERM or SIGINT.
 fn shutdown_requested(
-    mut handle: watch::Receiver<bool>,
+    handle: CancellationToken,
     signals: bool,
 ) -> Result<impl std::future::Future<Output = ()>, Error> {
     #[cfg(unix)]
@@ -358,9 +362,7 @@ fn shutdown_requested(
         None
     };
     Ok(async move {
-        let by_handle = async {
-            let _ = handle.wait_for(|s| *s).await;
-        };
+        let by_handle = handle.cancelled();
         let by_signal = async {
             if !signals {
                 return std::future::pending::<()>().await;

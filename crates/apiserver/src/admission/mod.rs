@@ -37,8 +37,8 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
+use crate::context::Ctx;
 use crate::error::{ApiError, ApiResult};
-use crate::rest::Ctx;
 use crate::server::ApiServer;
 use config::{ConfigCache, RequestInfo, SideEffects, Webhook};
 

@@ -75,7 +75,7 @@ pub(crate) async fn register(
                 .map_err(|e| wrap(kube::Error::SerdeError(e)))?;
                 let created = match nodes.create(&Default::default(), &node).await {
                     Ok(n) => Some(n),
-                    Err(e) if crate::is_conflict(&e) => nodes.get(&spec.name).await.ok(),
+                    Err(e) if crate::is_already_exists(&e) => nodes.get(&spec.name).await.ok(),
                     Err(e) => return Err(wrap(e)),
                 };
                 let status = status_patch(&shared, i, true);
@@ -104,7 +104,7 @@ pub(crate) async fn register(
                 let lease = serde_json::from_value(lease).map_err(|e| wrap(kube::Error::SerdeError(e)))?;
                 match leases.create(&Default::default(), &lease).await {
                     Ok(_) => {}
-                    Err(e) if crate::is_conflict(&e) => {
+                    Err(e) if crate::is_already_exists(&e) => {
                         let body = lease_patch(&spec.name, options.lease_duration_seconds);
                         crate::send_discard(
                             &client,

@@ -437,20 +437,7 @@ async fn fail_safe(ctx: &Ctx, pdb: &PodDisruptionBudget, why: &str) -> Result<()
         return Ok(());
     };
     let mut status = old.get("status").cloned().unwrap_or_else(|| json!({}));
-    if !status.is_object() {
-        status = json!({});
-    }
-    status["disruptionsAllowed"] = json!(0);
-    let observed = status
-        .get("observedGeneration")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    disruption::set_status_condition(
-        &mut status,
-        json!({"type": disruption::DISRUPTION_ALLOWED, "status": "False",
-               "observedGeneration": observed, "reason": disruption::SYNC_FAILED, "message": why}),
-        &now_string(),
-    );
+    disruption::sync_failed(&mut status, why, &now_string());
     match write_status(ctx, old, status).await {
         Ok(()) => Ok(()),
         Err(SyncError::Api(e)) => Err(e),

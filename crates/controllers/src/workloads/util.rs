@@ -16,11 +16,7 @@ use kube::{Client, Resource};
 use kubeforge_runtime::Cache;
 use serde_json::{Value, json};
 
-/// Lock a mutex, recovering from poisoning (a panicked reconcile must not
-/// wedge the others).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub(crate) use kubeforge_runtime::sync::lock;
 
 /// Spaces one controller's syncs of each object at least a given interval
 /// apart: a sync that comes sooner waits out the rest first, and the

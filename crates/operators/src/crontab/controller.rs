@@ -23,7 +23,7 @@ use tracing::{debug, info, warn};
 use super::jobs;
 use super::schedule::{self, Clock, JobState, Schedule, ScheduleInput, Skip, SystemClock};
 use super::types::{CronTab, DEFAULT_FAILED_HISTORY, DEFAULT_SUCCESSFUL_HISTORY};
-use crate::kube_errors;
+use kubeforge_runtime::api_errors as kube_errors;
 
 /// The controller's name (event reporter).
 pub const CONTROLLER_NAME: &str = "crontab-controller";

@@ -34,7 +34,7 @@ use tracing::{debug, info, warn};
 
 use super::desired::{self, DEGRADED, DesiredCondition};
 use super::types::{Memcached, MemcachedStatus};
-use crate::kube_errors;
+use kubeforge_runtime::api_errors as kube_errors;
 
 /// The finalizer the operator puts on every Memcached.
 pub const FINALIZER: &str = "cache.example.com/finalizer";
