@@ -862,22 +862,47 @@ async fn a_mutational_campaign_gets_only_status_refusals_and_stores_nothing_refu
                         }
                     }
                     mutate_value(&mut rng, &mut opts, 0);
-                    let method = *rng.pick(&["GET", "DELETE", "DELETE", "PUT"]);
-                    let path = match rng.below(3) {
-                        0 => format!("{coll}/{name}"),
-                        1 => format!(
-                            "{coll}/{name}/{}",
-                            rng.pick(&["status", "scale", "binding", "bogus", "finalize"])
-                        ),
-                        _ => format!("{}/namespaces/{name}/{}", k.base, k.plural),
-                    };
-                    (
-                        method,
-                        path,
-                        Some("application/json"),
-                        opts.to_string().into_bytes(),
-                        false,
-                    )
+                    // An Eviction wrapping the options (pods/eviction; a
+                    // 404 for the other kinds).
+                    if rng.chance(25) {
+                        let evicted = if rng.chance(70) {
+                            json!("base")
+                        } else {
+                            odd_value(&mut rng)
+                        };
+                        let mut ev = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                            "metadata": {"name": evicted}, "deleteOptions": opts});
+                        mutate_value(&mut rng, &mut ev, 0);
+                        let target = if rng.chance(70) {
+                            "base".to_string()
+                        } else {
+                            name
+                        };
+                        (
+                            "POST",
+                            format!("{coll}/{target}/eviction"),
+                            Some("application/json"),
+                            ev.to_string().into_bytes(),
+                            false,
+                        )
+                    } else {
+                        let method = *rng.pick(&["GET", "DELETE", "DELETE", "PUT"]);
+                        let path = match rng.below(3) {
+                            0 => format!("{coll}/{name}"),
+                            1 => format!(
+                                "{coll}/{name}/{}",
+                                rng.pick(&["status", "scale", "binding", "bogus", "finalize"])
+                            ),
+                            _ => format!("{}/namespaces/{name}/{}", k.base, k.plural),
+                        };
+                        (
+                            method,
+                            path,
+                            Some("application/json"),
+                            opts.to_string().into_bytes(),
+                            false,
+                        )
+                    }
                 }
                 // Parser stress: deep nesting, aliases, odd tags, raw garbage.
                 _ => {
@@ -918,8 +943,9 @@ async fn a_mutational_campaign_gets_only_status_refusals_and_stores_nothing_refu
                 .unwrap_or_else(|| "base".into());
             record(&mut conn, &mut expected, &coll, &name).await;
             // An accepted DELETE may have been a deletecollection (a name
-            // that is empty in the path): take the collection as it is.
-            if method == "DELETE" {
+            // that is empty in the path), and an eviction deletes the pod
+            // it names: take the collection as it is.
+            if method == "DELETE" || path.ends_with("/eviction") {
                 let now = stored(&mut conn, &coll).await;
                 expected.insert(coll.clone(), now);
             }

@@ -1,7 +1,8 @@
 //! Jobs on the embedded server with a test kubelet finishing their pods:
 //! completions 5 / parallelism 2 never runs more than 2 at once and
 //! completes with 1.33's conditions; backoffLimit and activeDeadlineSeconds
-//! fail a Job; ttlSecondsAfterFinished deletes it.
+//! fail a Job; ttlSecondsAfterFinished deletes it; a work-queue Job (no
+//! completions) lets its other workers finish after the first success.
 
 mod workloads_common;
 
@@ -117,6 +118,150 @@ async fn completions_5_parallelism_2_completes() {
         .expect("list")
         .items;
     assert_eq!(all.len(), 5, "exactly 5 pods were created");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_work_queue_job_lets_its_workers_finish() {
+    let env = start_with(opts()).await;
+    let _k = kubelet(&env.client, |_| Fate::Ready);
+    let api: Api<Job> = Api::default_namespaced(env.client.clone());
+    let pods: Api<Pod> = Api::default_namespaced(env.client.clone());
+    api.create(
+        &PostParams::default(),
+        &job("queue", json!({"parallelism": 3})),
+    )
+    .await
+    .expect("create");
+    let running = || async {
+        pods.list(&ListParams::default().labels("job-name=queue"))
+            .await
+            .expect("list")
+            .items
+            .into_iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.name)
+            .collect::<Vec<_>>()
+    };
+    eventually("3 running workers", T, || async {
+        running().await.len() == 3
+    })
+    .await;
+    let workers = running().await;
+    set_pod_status(&env.client, "default", &workers[0], Fate::Succeed, "").await;
+    // The sync that counts the success leaves the two others running (kube
+    // used to be copied as killing them: active 0 in that same sync).
+    eventually("succeeded 1, active 2", T, || async {
+        let s = api
+            .get("queue")
+            .await
+            .expect("get")
+            .status
+            .unwrap_or_default();
+        s.succeeded == Some(1) && s.active == Some(2)
+    })
+    .await;
+    let left = running().await;
+    assert_eq!(left.len(), 2, "the other workers were stopped: {left:?}");
+    assert!(
+        left.iter().all(|n| workers[1..].contains(n)),
+        "{left:?} vs {workers:?}"
+    );
+    let j = api.get("queue").await.expect("get");
+    assert_eq!(cond(&j, "Complete"), None, "complete while workers run");
+    for w in &workers[1..] {
+        set_pod_status(&env.client, "default", w, Fate::Succeed, "").await;
+    }
+    eventually("Complete=True", T, || async {
+        let j = api.get("queue").await.expect("get");
+        cond(&j, "Complete") == Some(("True".into(), Some("CompletionsReached".into())))
+    })
+    .await;
+    let s = api.get("queue").await.expect("get").status.expect("status");
+    assert_eq!(s.succeeded, Some(3));
+    let all = pods
+        .list(&ListParams::default().labels("job-name=queue"))
+        .await
+        .expect("list")
+        .items;
+    assert_eq!(all.len(), 3, "no worker was replaced or added");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_jobs_deadline_waits_and_restarts_on_resume() {
+    let env = start_with(opts()).await;
+    let _k = kubelet(&env.client, |_| Fate::Ready);
+    let api: Api<Job> = Api::default_namespaced(env.client.clone());
+    api.create(
+        &PostParams::default(),
+        &job("pause", json!({"activeDeadlineSeconds": 2})),
+    )
+    .await
+    .expect("create");
+    eventually("started with one active pod", T, || async {
+        let s = api
+            .get("pause")
+            .await
+            .expect("get")
+            .status
+            .unwrap_or_default();
+        s.start_time.is_some() && s.active == Some(1)
+    })
+    .await;
+    let first_start = api
+        .get("pause")
+        .await
+        .expect("get")
+        .status
+        .and_then(|s| s.start_time)
+        .expect("startTime");
+    let patch = |suspend: bool| json!({"spec": {"suspend": suspend}});
+    api.patch(
+        "pause",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(patch(true)),
+    )
+    .await
+    .expect("suspend");
+    eventually("Suspended=True, nothing active", T, || async {
+        let j = api.get("pause").await.expect("get");
+        cond(&j, "Suspended") == Some(("True".into(), Some("JobSuspended".into())))
+            && j.status.and_then(|s| s.active).is_none()
+    })
+    .await;
+    // Past the deadline while suspended: a suspended Job's deadline does
+    // not run.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let j = api.get("pause").await.expect("get");
+    assert_eq!(cond(&j, "Failed"), None, "failed while suspended");
+    api.patch(
+        "pause",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(patch(false)),
+    )
+    .await
+    .expect("resume");
+    eventually(
+        "resumed: Suspended=False JobResumed, a new startTime, a pod",
+        T,
+        || async {
+            let j = api.get("pause").await.expect("get");
+            let s = j.status.clone().unwrap_or_default();
+            cond(&j, "Suspended") == Some(("False".into(), Some("JobResumed".into())))
+                && s.start_time.as_ref().is_some_and(|t| t.0 > first_start.0)
+                && s.active == Some(1)
+        },
+    )
+    .await;
+    assert_eq!(cond(&api.get("pause").await.expect("get"), "Failed"), None);
+    // The deadline counts again from the resume.
+    eventually("Failed=True DeadlineExceeded", T, || async {
+        let j = api.get("pause").await.expect("get");
+        cond(&j, "Failed") == Some(("True".into(), Some("DeadlineExceeded".into())))
+    })
+    .await;
     env.stop().await;
 }
 

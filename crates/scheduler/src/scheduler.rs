@@ -635,8 +635,14 @@ impl SchedulerCore {
             }
             return;
         }
-        if self.cache.is_assumed(&uid) || terminal {
+        if self.cache.is_assumed(&uid) {
             return; // binding in flight
+        }
+        if terminal {
+            // Finished before it was placed (a pod failed by the API's
+            // eviction or by its deadline): nothing left to schedule.
+            self.queue.delete(&uid);
+            return;
         }
         let name = pod
             .spec
@@ -1028,17 +1034,26 @@ fn spawn_watches(
     tasks
 }
 
+/// A budget as preemption reads it; `None` for one that covers no pod
+/// there: an absent, empty or invalid selector (kube: "A PDB with a nil or
+/// empty selector matches nothing").
 fn pdb_info(p: &PodDisruptionBudget) -> Option<PdbInfo> {
     let sel = p.spec.as_ref()?.selector.as_ref()?;
     let selector = kubeforge_apimachinery::labels::Selector::from_label_selector(
         &serde_json::to_value(sel).ok()?,
     )
-    .ok()?;
+    .ok()
+    .filter(|s| !s.is_everything() && !s.is_nothing())?;
+    let status = p.status.as_ref();
     Some(PdbInfo {
         namespace: p.metadata.namespace.clone().unwrap_or_default(),
         name: p.metadata.name.clone().unwrap_or_default(),
         selector,
-        disruptions_allowed: p.status.as_ref().map_or(0, |s| s.disruptions_allowed),
+        disruptions_allowed: status.map_or(0, |s| s.disruptions_allowed),
+        disrupted: status
+            .and_then(|s| s.disrupted_pods.as_ref())
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default(),
     })
 }
 
@@ -1139,5 +1154,61 @@ pub(crate) async fn post_event(
         && let Err(e) = client.request_text(req).await
     {
         tracing::debug!(pod = %pod.key(), error = %e, "writing an event failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unbound_pod_that_finished_leaves_the_queue() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut core = SchedulerBuilder::without_client()
+            .build_core(rt.handle().clone())
+            .expect("core");
+        let pod = |phase: &str| -> Arc<Pod> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+                    "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+                    "status": {"phase": phase}
+                }))
+                .expect("pod"),
+            )
+        };
+        let queued = |core: &SchedulerCore| {
+            let l = core.queue().lengths();
+            l.active + l.backoff + l.unschedulable + l.gated
+        };
+        core.handle_input(Input::PodApply(pod("Pending")));
+        assert_eq!(queued(&core), 1);
+        core.handle_input(Input::PodApply(pod("Failed")));
+        assert_eq!(queued(&core), 0, "a finished pod stayed queued");
+    }
+
+    fn budget(v: serde_json::Value) -> PodDisruptionBudget {
+        serde_json::from_value(v).expect("budget")
+    }
+
+    #[test]
+    fn a_budget_with_no_or_an_empty_selector_covers_no_pod() {
+        let none = budget(serde_json::json!({"metadata": {"name": "a"}, "spec": {}}));
+        assert!(pdb_info(&none).is_none());
+        let empty =
+            budget(serde_json::json!({"metadata": {"name": "b"}, "spec": {"selector": {}}}));
+        assert!(pdb_info(&empty).is_none());
+        let real = budget(
+            serde_json::json!({"metadata": {"name": "c", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": 1, "currentHealthy": 3, "desiredHealthy": 2,
+                "expectedPods": 3, "disruptedPods": {"web-1": "2026-12-01T00:00:00Z"}}}),
+        );
+        let info = pdb_info(&real).expect("covers app=web");
+        assert_eq!(info.disruptions_allowed, 1);
+        assert!(info.disrupted.contains("web-1"));
     }
 }

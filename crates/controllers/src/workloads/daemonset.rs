@@ -221,6 +221,10 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<super::Shared>) -> Result<Action
             .filter(|c| *c > 0),
     );
     let uid = ds.metadata.uid.clone().unwrap_or_default();
+    // Expectations first, against the index the pods are then read from.
+    let satisfied = ctx
+        .expectations
+        .satisfied(&key, |id| ctx.pod_index.lookup(&ctx.pods, id));
     let pods = ctx.pod_index.owned_by(&ctx.pods, &uid);
     let mut by_node: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
     for p in pods
@@ -321,7 +325,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<super::Shared>) -> Result<Action
 
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let mut failure = None;
-    if ctx.expectations.satisfied(&key, &ctx.pods) {
+    if satisfied {
         if let Some(owner) = util::owner_ref(&*ds) {
             let mut t = template.clone();
             t.metadata

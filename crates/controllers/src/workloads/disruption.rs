@@ -50,8 +50,14 @@ const DELETION_TIMEOUT: Duration = Duration::from_secs(120);
 /// Register the controller with `mgr`.
 pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
     let budgets = ctx.budgets.clone();
+    let mapper_ctx = ctx.clone();
     mgr.controller::<PodDisruptionBudget, _>("disruption", super::Shared(ctx.clone()))
-        .watches::<Pod, _>(move |pod| budgets_for(&budgets, pod))
+        .watches::<Pod, _>(move |pod| {
+            // Keep the pod index current even when no other controller
+            // that feeds it runs.
+            mapper_ctx.pod_index.observe(&mapper_ctx.pods, pod);
+            budgets_for(&budgets, pod)
+        })
         .max_concurrent_reconciles(ctx.opts.concurrency)
         .register(reconcile);
 }

@@ -135,6 +135,10 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
     }
 
     let uid = job.metadata.uid.clone().unwrap_or_default();
+    // Expectations first, against the index the pods are then read from.
+    let satisfied = ctx
+        .expectations
+        .satisfied(&key, |id| ctx.pod_index.lookup(&ctx.pods, id));
     let pods = ctx.pod_index.owned_by(&ctx.pods, &uid);
     let active: Vec<&Arc<Pod>> = pods.iter().filter(|p| is_active(p)).collect();
     let succeeded_seen = pods
@@ -146,10 +150,16 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
     let failed = old.failed.unwrap_or(0).max(failed_seen);
     let ready = active.iter().filter(|p| util::is_ready(p)).count() as i32;
     let suspended = spec.suspend.unwrap_or(false);
-    let start_time = old
-        .start_time
-        .clone()
-        .or_else(|| (!suspended).then(util::now_time));
+    // Resumed from suspension: the deadline counts from now (kube resets
+    // `startTime`, so `activeDeadlineSeconds` restarts).
+    let resumed = !suspended && cond_true(&conds, "Suspended");
+    let start_time = if resumed {
+        Some(util::now_time())
+    } else {
+        old.start_time
+            .clone()
+            .or_else(|| (!suspended).then(util::now_time))
+    };
 
     let completions = spec.completions;
     let parallelism = spec.parallelism.unwrap_or(1).max(0);
@@ -176,7 +186,10 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
                 "BackoffLimitExceeded",
                 "Job has reached the specified backoff limit",
             );
-        } else if let (Some(ads), Some(st)) = (spec.active_deadline_seconds, start_time.as_ref()) {
+        } else if let (Some(ads), Some(st), false) =
+            (spec.active_deadline_seconds, start_time.as_ref(), suspended)
+        {
+            // (A suspended Job's deadline does not run: `pastActiveDeadline`.)
             let deadline = ts_add(st.0, ads);
             if deadline <= now {
                 set_cond(
@@ -198,17 +211,20 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
     // `active -= deleted`), so the sync that deletes a finishing Job's last
     // pods also finishes it instead of leaving that to a later sync.
     let mut deleted_now: HashSet<String> = HashSet::new();
-    if ctx.expectations.satisfied(&key, &ctx.pods) {
+    if satisfied {
+        let have = active.len() as i32;
         let want: i32 = if finishing || suspended {
             0
         } else {
             match completions {
                 Some(c) => (c - succeeded).clamp(0, parallelism),
-                None if succeeded > 0 => 0,
+                // A work queue: once one worker succeeded, the others run
+                // to their end (kube's `wantActive = active`); none is
+                // started and none is killed.
+                None if succeeded > 0 => have,
                 None => parallelism,
             }
         };
-        let have = active.len() as i32;
         if have > want {
             let mut victims = active.clone();
             victims.sort_by(|a, b| super::replicaset::deletion_order(a, b));
@@ -272,11 +288,18 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
     }
     if suspended {
         set_cond(&mut conds, "Suspended", "JobSuspended", "Job suspended");
-    } else if conds
-        .iter()
-        .any(|c| c.type_ == "Suspended" && c.status == "True")
-    {
+    } else if resumed {
+        // kube keeps the condition, False, with why.
+        let now = util::now_time();
         conds.retain(|c| c.type_ != "Suspended");
+        conds.push(JobCondition {
+            type_: "Suspended".into(),
+            status: "False".into(),
+            reason: Some("JobResumed".into()),
+            message: Some("Job resumed".into()),
+            last_probe_time: Some(now.clone()),
+            last_transition_time: Some(now),
+        });
     }
     let active_now = if finishing {
         still_active

@@ -248,6 +248,13 @@ impl PodIndex {
             .collect()
     }
 
+    /// The slim copy of pod `id` as the index has it (what the pod lists
+    /// below are built from; the cache may already hold a newer version).
+    pub(crate) fn lookup(&self, pods: &Cache<Pod>, id: &ObjectRef<Pod>) -> Option<Arc<Pod>> {
+        self.seed(pods);
+        lock(&self.inner).slim.get(id).cloned()
+    }
+
     /// Pods whose controller has UID `uid`.
     pub(crate) fn owned_by(&self, pods: &Cache<Pod>, uid: &str) -> Vec<Arc<Pod>> {
         self.read(pods, &owner_key(uid), false, |p| {

@@ -293,6 +293,10 @@ async fn sync(ctx: &Ctx, flavor: Flavor, rs: Arc<ReplicaSet>) -> Result<Action, 
         ctx.pacer.forget(&key);
         return Ok(Action::await_change());
     }
+    // Expectations first, against the index the pods are then read from.
+    let satisfied = ctx
+        .expectations
+        .satisfied(&key, |id| ctx.pod_index.lookup(&ctx.pods, id));
     let spec = rs.spec.clone().unwrap_or_default();
     let sel = match selector(Some(&spec.selector)) {
         Ok(s) => s,
@@ -309,7 +313,7 @@ async fn sync(ctx: &Ctx, flavor: Flavor, rs: Arc<ReplicaSet>) -> Result<Action, 
     let active: Vec<Arc<Pod>> = pods.into_iter().filter(|p| is_active(p)).collect();
 
     let mut failure: Option<String> = None;
-    if ctx.expectations.satisfied(&key, &ctx.pods) {
+    if satisfied {
         let want = spec.replicas.unwrap_or(1).max(0) as usize;
         if let Err(e) = manage(ctx, flavor, &rs, &key, &active, want).await {
             failure = Some(e.to_string());

@@ -3,7 +3,7 @@
 //! construction and API calls.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
@@ -13,7 +13,6 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource};
-use kubeforge_runtime::Cache;
 use serde_json::{Value, json};
 
 pub(crate) use kubeforge_runtime::sync::lock;
@@ -97,19 +96,24 @@ impl Expectations {
         lock(&self.by_owner).remove(owner);
     }
 
-    /// Whether everything `owner` expected has been observed in `pods`
-    /// (or the expectations expired).
-    pub(crate) fn satisfied(&self, owner: &str, pods: &Cache<Pod>) -> bool {
+    /// Whether everything `owner` expected has been observed through
+    /// `seen` (or the expectations expired). `seen` must read the store the
+    /// caller then lists its pods from, and the check must come before
+    /// that list (kube's `SatisfiedExpectations`, then the lister of the
+    /// same informer): a pod seen here is then also in the list, so it is
+    /// never counted missing and created again.
+    pub(crate) fn satisfied(
+        &self,
+        owner: &str,
+        seen: impl Fn(&ObjectRef<Pod>) -> Option<Arc<Pod>>,
+    ) -> bool {
         let mut m = lock(&self.by_owner);
         let Some(e) = m.get_mut(owner) else {
             return true;
         };
-        // `contains` needs no decode of a compactly cached pod.
-        e.adds.retain(|k| !pods.contains(&pod_ref(k)));
-        e.dels.retain(|k| {
-            pods.get(&pod_ref(k))
-                .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
-        });
+        e.adds.retain(|k| seen(&pod_ref(k)).is_none());
+        e.dels
+            .retain(|k| seen(&pod_ref(k)).is_some_and(|p| p.metadata.deletion_timestamp.is_none()));
         let expired = e.at.is_some_and(|t| t.elapsed() > EXPECTATION_TTL);
         if e.adds.is_empty() && e.dels.is_empty() || expired {
             m.remove(owner);
@@ -434,6 +438,29 @@ pub(crate) fn now_time() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expectations_are_judged_by_what_the_caller_lists_from() {
+        let e = Expectations::default();
+        let pod = |deleting: bool| {
+            let mut p = Pod::default();
+            p.metadata.name = Some("p".into());
+            p.metadata.namespace = Some("ns".into());
+            if deleting {
+                p.metadata.deletion_timestamp = Some(now_time());
+            }
+            Arc::new(p)
+        };
+        e.expect_add("rs/ns/x", "ns/p".into());
+        // The cache may hold the pod already: until the store the pods are
+        // listed from has it, the creation is not observed.
+        assert!(!e.satisfied("rs/ns/x", |_| None));
+        assert!(e.satisfied("rs/ns/x", |id| (id.name == "p").then(|| pod(false))));
+        e.expect_del("rs/ns/x", "ns/p".into());
+        assert!(!e.satisfied("rs/ns/x", |_| Some(pod(false))));
+        assert!(e.satisfied("rs/ns/x", |_| Some(pod(true))));
+        assert!(e.satisfied("other", |_| None), "nothing expected");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn pacer_spaces_syncs_of_one_key_only() {

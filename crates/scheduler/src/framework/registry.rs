@@ -35,10 +35,14 @@ pub struct PdbInfo {
     pub namespace: String,
     /// Name.
     pub name: String,
-    /// Pods it covers.
+    /// Pods it covers (never empty: a budget with an absent or empty
+    /// selector covers no pod, as preemption reads it).
     pub selector: kubeforge_apimachinery::labels::Selector,
     /// `status.disruptionsAllowed`.
     pub disruptions_allowed: i32,
+    /// `status.disruptedPods`: pods whose eviction the API server already
+    /// counted against the budget; evicting them again costs nothing.
+    pub disrupted: std::collections::BTreeSet<String>,
 }
 
 /// Builds a plugin from its args (`pluginConfig[].args`, `None` when not

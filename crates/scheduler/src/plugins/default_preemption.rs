@@ -13,8 +13,8 @@ use serde::Deserialize;
 
 use super::helper::{decode_args, plugin};
 use crate::framework::{
-    Code, CycleState, FilterPlugin, Handle, NodeInfo, NodeToStatus, PodInfo, PostFilterContext,
-    PostFilterPlugin, PostFilterResult, Status,
+    Code, CycleState, FilterPlugin, Handle, NodeInfo, NodeToStatus, PdbInfo, PodInfo,
+    PostFilterContext, PostFilterPlugin, PostFilterResult, Status,
     runtime::{histogram_message, nominated_counts},
 };
 
@@ -111,6 +111,35 @@ fn more_important(a: &PodInfo, b: &PodInfo) -> std::cmp::Ordering {
         .then(a.start_time.cmp(&b.start_time))
 }
 
+/// Per victim, in order, whether evicting it (after the ones before it)
+/// takes a budget below zero (kube's `filterPodsWithPDBViolation`): a pod
+/// without labels matches no budget, and a pod already in a budget's
+/// `disruptedPods` does not spend it again.
+fn pdb_violations<'p>(pdbs: &[PdbInfo], victims: impl Iterator<Item = &'p PodInfo>) -> Vec<bool> {
+    let mut allowed: Vec<i32> = pdbs.iter().map(|p| p.disruptions_allowed).collect();
+    victims
+        .map(|v| {
+            let mut violating = false;
+            if v.labels.is_empty() {
+                return false;
+            }
+            for (i, p) in pdbs.iter().enumerate() {
+                if p.namespace != v.namespace
+                    || !p.selector.matches(&v.labels)
+                    || p.disrupted.contains(&v.name)
+                {
+                    continue;
+                }
+                allowed[i] -= 1;
+                if allowed[i] < 0 {
+                    violating = true;
+                }
+            }
+            violating
+        })
+        .collect()
+}
+
 impl DefaultPreemption {
     /// Per victim, whether evicting it (after the ones before it) violates
     /// a PodDisruptionBudget; `None` when no PDB exists (none does).
@@ -121,23 +150,7 @@ impl DefaultPreemption {
         if pdbs.is_empty() {
             return None;
         }
-        let mut allowed: Vec<i32> = pdbs.iter().map(|p| p.disruptions_allowed).collect();
-        Some(
-            victims
-                .map(|v| {
-                    let mut violating = false;
-                    for (i, p) in pdbs.iter().enumerate() {
-                        if p.namespace == v.namespace && p.selector.matches(&v.labels) {
-                            allowed[i] -= 1;
-                            if allowed[i] < 0 {
-                                violating = true;
-                            }
-                        }
-                    }
-                    violating
-                })
-                .collect(),
-        )
+        Some(pdb_violations(&pdbs, victims))
     }
 
     /// Try one node (at position `idx` in the snapshot): remove every
@@ -637,6 +650,36 @@ mod tests {
 
     use crate::test_rng::Rng;
 
+    #[test]
+    fn budgets_skip_unlabelled_and_already_disrupted_pods() {
+        let info = |name: &str, labels: serde_json::Value| {
+            let mut p = pod(name, 100, 0, 0, "a", json!({}));
+            p.metadata.labels = serde_json::from_value(labels).unwrap();
+            PodInfo::new(Arc::new(p))
+        };
+        let budget = |sel: &str, allowed: i32, disrupted: &[&str]| PdbInfo {
+            namespace: "default".into(),
+            name: "b".into(),
+            selector: kubeforge_apimachinery::labels::Selector::parse(sel).unwrap(),
+            disruptions_allowed: allowed,
+            disrupted: disrupted.iter().map(|s| s.to_string()).collect(),
+        };
+        let a1 = info("a1", json!({"app": "a"}));
+        let a2 = info("a2", json!({"app": "a"}));
+        let bare = info("bare", json!(null));
+        // One disruption allowed: the second matching victim violates.
+        let b = [budget("app=a", 1, &[])];
+        assert_eq!(pdb_violations(&b, [&a1, &a2].into_iter()), [false, true]);
+        // a1's eviction was already counted by the API server: it costs
+        // nothing, so a2 fits in the budget.
+        let b = [budget("app=a", 1, &["a1"])];
+        assert_eq!(pdb_violations(&b, [&a1, &a2].into_iter()), [false, false]);
+        // A selector that matches the absence of labels still does not
+        // cover a pod without any.
+        let b = [budget("app!=b", 0, &[])];
+        assert_eq!(pdb_violations(&b, [&bare, &a1].into_iter()), [false, true]);
+    }
+
     fn node(name: &str, zone: u64) -> Input {
         let n: Node = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": {
@@ -897,6 +940,7 @@ mod tests {
                     name: "pdb".into(),
                     selector: kubeforge_apimachinery::labels::Selector::parse("app=a").unwrap(),
                     disruptions_allowed: rng.next(3) as i32,
+                    disrupted: Default::default(),
                 }];
             }
             let mut nominated: Vec<(Arc<str>, Arc<PodInfo>)> = (0..rng.next(4))
