@@ -102,7 +102,7 @@ pub struct ResourceDef {
     pub binding: bool,
     /// Has `pods/ephemeralcontainers`.
     pub ephemeral_containers: bool,
-    /// Has `pods/eviction` ([`crate::eviction`]).
+    /// Has `pods/eviction` (deletion that honours PodDisruptionBudgets).
     pub eviction: bool,
     /// Table columns (besides NAME and AGE, which every table has).
     pub columns: Vec<Column>,
