@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kubeforge_controllers::WorkloadOptions;
-use kubeforge_controllers::workloads::ManualClock;
+use kubeforge_controllers::workloads::{Clock, ManualClock};
 use serde_json::json;
 use workloads_common::*;
 
@@ -315,6 +315,18 @@ async fn daemonset_one_pod_per_eligible_node() {
     env.stop().await;
 }
 
+/// Move `clock` forward to the object's creationTimestamp if it is behind.
+fn catch_up(clock: &ManualClock, meta: &kube::api::ObjectMeta) {
+    let created = meta
+        .creation_timestamp
+        .as_ref()
+        .expect("creationTimestamp")
+        .0;
+    if created > clock.now() {
+        clock.set(created);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cronjob_runs_on_schedule_with_injected_clock() {
     let clock = ManualClock::new(jiff::Timestamp::now());
@@ -328,9 +340,15 @@ async fn cronjob_runs_on_schedule_with_injected_clock() {
     let cj: CronJob = obj(json!({"metadata": {"name": "tick"}, "spec": {
         "schedule": "*/5 * * * *", "concurrencyPolicy": "Forbid",
         "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}}));
-    api.create(&PostParams::default(), &cj)
+    let created = api
+        .create(&PostParams::default(), &cj)
         .await
         .expect("create");
+    // The server stamps creationTimestamp from the wall clock, which has
+    // moved on since the manual clock was made: bring the manual clock up
+    // to it, or a 5-minute boundary between the two would leave no start
+    // time in (created, now + 300 s].
+    catch_up(&clock, &created.metadata);
     let jobs: Api<Job> = Api::default_namespaced(env.client.clone());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(

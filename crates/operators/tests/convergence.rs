@@ -67,10 +67,11 @@ async fn converges_with_api_errors_and_dropped_watches() {
     }
     let mut ct = CronTab::new("tick", CronTabSpec::new("*/1 * * * *", "busybox"));
     ct.metadata.namespace = Some(ns.into());
-    Api::<CronTab>::namespaced(check.clone(), ns)
+    let ct = Api::<CronTab>::namespaced(check.clone(), ns)
         .create(&PostParams::default(), &ct)
         .await
         .unwrap();
+    common::catch_up(&clock, &ct.metadata);
 
     let converged = |want: Vec<(String, i32)>| {
         let mcs = mcs.clone();

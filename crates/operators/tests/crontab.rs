@@ -64,7 +64,9 @@ impl Fixture {
     async fn create(&self, name: &str, spec: CronTabSpec) -> CronTab {
         let mut ct = CronTab::new(name, spec);
         ct.metadata.namespace = Some(self.ns.clone());
-        self.cts.create(&PostParams::default(), &ct).await.unwrap()
+        let ct = self.cts.create(&PostParams::default(), &ct).await.unwrap();
+        common::catch_up(&self.clock, &ct.metadata);
+        ct
     }
 
     /// Jobs not being deleted, sorted by name.

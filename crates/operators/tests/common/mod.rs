@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, Namespace};
 use kube::api::{Api, ListParams, PostParams};
+use kubeforge_operators::crontab::schedule::{Clock, ManualClock};
 use kubeforge_runtime::{Manager, ShutdownHandle};
 use kubeforge_testenv::{Faults, TestEnv};
 use tokio::task::JoinHandle;
@@ -102,5 +103,20 @@ pub async fn events_for(client: &kube::Client, ns: &str, name: &str) -> Vec<Even
             .filter(|e| e.involved_object.name.as_deref() == Some(name))
             .collect(),
         Err(_) => Vec::new(),
+    }
+}
+
+/// Moves `clock` forward to the object's creationTimestamp if it is behind.
+/// The server stamps that time from the wall clock, which has moved on since
+/// the manual clock was made; a schedule boundary between the two would
+/// leave no start time in (created, clock + one period].
+pub fn catch_up(clock: &ManualClock, meta: &kube::api::ObjectMeta) {
+    let created = meta
+        .creation_timestamp
+        .as_ref()
+        .expect("creationTimestamp")
+        .0;
+    if created > clock.now() {
+        clock.set(created);
     }
 }
