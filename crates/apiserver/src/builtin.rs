@@ -599,6 +599,76 @@ static ROWS: &[Row] = &[
         hpa_columns
     ),
     row!(
+        "authorization.k8s.io/v1",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        NONE,
+        NONE,
+        CLUSTER,
+        0,
+        NONE,
+        PathSegment,
+        false,
+        Plain,
+        no_columns
+    ),
+    row!(
+        "authorization.k8s.io/v1",
+        "SubjectAccessReview",
+        "subjectaccessreviews",
+        NONE,
+        NONE,
+        CLUSTER,
+        0,
+        NONE,
+        PathSegment,
+        false,
+        Plain,
+        no_columns
+    ),
+    row!(
+        "authorization.k8s.io/v1",
+        "LocalSubjectAccessReview",
+        "localsubjectaccessreviews",
+        NONE,
+        NONE,
+        NS,
+        0,
+        NONE,
+        PathSegment,
+        false,
+        Plain,
+        no_columns
+    ),
+    row!(
+        "authorization.k8s.io/v1",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        NONE,
+        NONE,
+        CLUSTER,
+        0,
+        NONE,
+        PathSegment,
+        false,
+        Plain,
+        no_columns
+    ),
+    row!(
+        "authentication.k8s.io/v1",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
+        NONE,
+        NONE,
+        CLUSTER,
+        0,
+        NONE,
+        PathSegment,
+        false,
+        Plain,
+        no_columns
+    ),
+    row!(
         "rbac.authorization.k8s.io/v1",
         "Role",
         "roles",
@@ -740,9 +810,16 @@ pub fn rows() -> Vec<ResourceDef> {
         .collect()
 }
 
-/// Rows served read-only, with the verbs they serve.
+/// Rows served with fewer verbs than stored kinds, with the verbs they
+/// serve: read-only `componentstatuses`, create-only reviews.
 fn read_only_verbs(group: &str, plural: &str) -> Option<&'static [&'static str]> {
-    (group.is_empty() && plural == crate::componentstatus::PLURAL).then_some(&["get", "list"])
+    if group.is_empty() && plural == crate::componentstatus::PLURAL {
+        return Some(&["get", "list"]);
+    }
+    crate::reviews::REVIEWS
+        .iter()
+        .any(|(g, p)| *g == group && *p == plural)
+        .then_some(&["create"])
 }
 
 fn to_def(r: &Row) -> ResourceDef {

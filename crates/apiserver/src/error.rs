@@ -196,6 +196,24 @@ impl ApiError {
         .with_target(gr, name)
     }
 
+    /// 401 Unauthorized, kube's body exactly: no detail about why.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    /// 403 Forbidden from authorization: `message` is the whole text
+    /// (`pods "p" is forbidden: User …`), details name the group, the
+    /// resource (as `kind`) and the object.
+    pub fn access_denied(message: String, group: &str, resource: &str, name: &str) -> Self {
+        let mut e = Self::new(403, "Forbidden", message);
+        if !group.is_empty() || !resource.is_empty() || !name.is_empty() {
+            e.details.name = (!name.is_empty()).then(|| name.to_string());
+            e.details.group = Some(group.to_string());
+            e.details.kind = Some(resource.to_string());
+        }
+        e
+    }
+
     /// 405 MethodNotAllowed.
     pub fn method_not_supported(gr: GroupResource<'_>, verb: &str) -> Self {
         let mut e = Self::new(

@@ -22,6 +22,8 @@
 
 mod admission;
 mod aggregated;
+mod authn;
+mod authz;
 pub mod body;
 mod bootstrap;
 mod builtin;
@@ -44,10 +46,12 @@ mod patch;
 mod priority;
 mod projection;
 mod protobuf;
+mod rbac_defaults;
 mod recover;
 pub mod registry;
 pub mod request;
 mod rest;
+mod reviews;
 mod scale;
 mod server;
 mod ssa;
@@ -55,6 +59,8 @@ mod strategy;
 pub mod table;
 mod watch;
 
+pub use authn::Authentication;
 pub use error::{ApiError, Cause};
 pub use kubeconfig::kubeconfig_yaml;
+pub use kubeforge_authz::{TokenFile, UserInfo};
 pub use server::{ApiServer, InProcess, KUBERNETES_VERSION};

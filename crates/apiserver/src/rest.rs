@@ -31,6 +31,7 @@ pub async fn serve(
     headers: HeaderMap,
     query: Query,
     body: Bytes,
+    user: Arc<kubeforge_authz::UserInfo>,
 ) -> ApiResult<Response<ApiBody>> {
     let def = server
         .registry()
@@ -61,6 +62,10 @@ pub async fn serve(
         // Served read-only and computed, not stored.
         _ if crate::componentstatus::serves(&ctx.def) => {
             crate::componentstatus::serve(&mut ctx, &method, p.subresource.as_deref())
+        }
+        // Create-only and computed: the access and identity reviews.
+        _ if crate::reviews::serves(&ctx.def) => {
+            crate::reviews::serve(&mut ctx, &method, p.subresource.as_deref(), &body, &user).await
         }
         (None, false, &Method::GET) => {
             if ctx.query.flag("watch") {
@@ -772,6 +777,7 @@ pub(crate) async fn create_object(
             Err(e) => return Err(e.into()),
         }
     };
+    crate::authz::changed(ctx.server, &ctx.def);
     crate::crd::after_write(ctx, &kv.value)?;
     Ok((StatusCode::CREATED, kv.value))
 }
@@ -991,6 +997,7 @@ pub(crate) async fn update_object(
         Err(StoreError::NotFound { .. }) => return Err(ApiError::not_found(ctx.def.gr(), name)),
         Err(e) => return Err(e.into()),
     };
+    crate::authz::changed(ctx.server, &ctx.def);
     crate::crd::after_write(ctx, &kv.value)?;
     Ok((StatusCode::OK, kv.value))
 }
@@ -1080,6 +1087,7 @@ pub(crate) async fn delete_now(
         .await;
     match result {
         Ok(prev) => {
+            crate::authz::changed(ctx.server, &ctx.def);
             crate::crd::after_delete(ctx, &prev.value).await?;
             Ok(prev.value)
         }

@@ -16,6 +16,7 @@ use crate::codec::{self, MAX_BODY};
 use crate::error::{ApiError, ApiResult};
 use crate::registry::Registry;
 use crate::request::{Query, Route, route};
+use kubeforge_authz::UserInfo;
 
 /// The Kubernetes version this server reports in `/version`.
 pub const KUBERNETES_VERSION: (&str, &str, &str) = ("1", "33", "v1.33.0");
@@ -46,6 +47,8 @@ pub(crate) struct Inner {
     /// The `default/kubernetes` Service and APIService loop, and what
     /// `componentstatuses` reports.
     pub bootstrap: crate::bootstrap::State,
+    /// Authentication settings and the authorizers.
+    pub access: crate::authz::Access,
 }
 
 impl ApiServer {
@@ -66,6 +69,7 @@ impl ApiServer {
                 graceful_pods: std::sync::atomic::AtomicBool::new(false),
                 admission: Default::default(),
                 bootstrap: Default::default(),
+                access: Default::default(),
             }),
         };
         crate::crd::restore(&server)?;
@@ -73,6 +77,7 @@ impl ApiServer {
             crate::rest::ensure_namespace(&server, ns).await?;
         }
         crate::priority::ensure_system_classes(&server).await?;
+        crate::rbac_defaults::ensure(&server).await?;
         crate::bootstrap::start(&server).await?;
         Ok(server)
     }
@@ -227,6 +232,21 @@ impl ApiServer {
             registry.get(g, v, p).is_some_and(|d| d.namespaced)
         });
         let query = Query::parse(parts.uri.query());
+        // The request path, in order: authentication (authn.rs) →
+        // authorization (authz.rs) → the handler: decode, admission
+        // (mutating), validation, admission (validating), storage (rest.rs).
+        let access = &self.inner.access;
+        let user = crate::authn::authenticate(access.authentication().as_deref(), &parts)?;
+        if access.rbac_enabled() {
+            let attrs = crate::authz::attributes(
+                (*user).clone(),
+                &parts.method,
+                parts.uri.path(),
+                &r,
+                &query,
+            );
+            access.authorize(self, &attrs)?;
+        }
         if !matches!(r, Route::Resource(_))
             && parts.method != Method::GET
             && parts.method != Method::HEAD
@@ -272,7 +292,7 @@ impl ApiServer {
                     Some(b) => read_body(b).await?,
                     None => Bytes::new(),
                 };
-                crate::rest::serve(self, p, parts.method, parts.headers, query, body).await
+                crate::rest::serve(self, p, parts.method, parts.headers, query, body, user).await
             }
         }
     }
@@ -337,6 +357,53 @@ impl ApiServer {
         }
     }
 
+    /// Serve HTTPS (HTTP/1.1 over TLS with `tls`) on `listener` until
+    /// `shutdown` resolves. Clients send credentials over it: kubectl reads
+    /// a kubeconfig's token or client certificate only for an `https://`
+    /// server.
+    pub async fn serve_tls(
+        self,
+        listener: tokio::net::TcpListener,
+        tls: Arc<rustls::ServerConfig>,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        if let Ok(addr) = listener.local_addr() {
+            self.set_advertise(addr);
+        }
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        let service = self.service();
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let (stream, _) = tokio::select! {
+                r = listener.accept() => r?,
+                () = &mut shutdown => return Ok(()),
+            };
+            let _ = stream.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let service = service.clone();
+            tokio::spawn(async move {
+                let tls = match acceptor.accept(stream).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "TLS handshake failed");
+                        return;
+                    }
+                };
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    tower::ServiceExt::oneshot(service.clone(), req)
+                });
+                let io = hyper_util::rt::TokioIo::new(tls);
+                if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    .keep_alive(true)
+                    .serve_connection(io, svc)
+                    .await
+                {
+                    tracing::debug!(error = %e, "connection ended");
+                }
+            });
+        }
+    }
+
     fn set_advertise(&self, addr: SocketAddr) {
         if let Ok(mut a) = self.inner.advertise.write() {
             *a = addr.to_string();
@@ -344,16 +411,27 @@ impl ApiServer {
         crate::bootstrap::advertise_changed(self);
     }
 
-    /// A tower service answering requests in-process (no socket), for
-    /// `kube::Client::new`.
+    /// The server as a tower service, as the network listener runs it:
+    /// requests are authenticated from their headers (see
+    /// [`Self::set_authentication`]). Wrap it in layers and hand it to
+    /// [`Self::serve_with`], or to `kube::Client::new` for a client that
+    /// authenticates like a remote one.
     pub fn service(&self) -> InProcess {
-        InProcess(self.clone(), false)
+        InProcess(self.clone(), false, None)
     }
 
-    /// A kube-rs client talking to this server in-process, default
+    /// A tower service answering in-process as `user`, whatever the
+    /// request's headers say.
+    pub fn service_as(&self, user: UserInfo) -> InProcess {
+        InProcess(self.clone(), false, Some(crate::authz::identity(user)))
+    }
+
+    /// A kube-rs client talking to this server in-process as the privileged
+    /// loopback user (`system:apiserver` in `system:masters`), default
     /// namespace `default`.
     pub fn client(&self) -> kube::Client {
-        kube::Client::new(self.service(), "default")
+        let svc = InProcess(self.clone(), false, Some(crate::authz::loopback_identity()));
+        kube::Client::new(svc, "default")
     }
 
     /// An in-process client for the built-in components (controllers,
@@ -364,7 +442,36 @@ impl ApiServer {
     /// work on a busy cluster. Its writes are unaffected: a request without
     /// managedFields keeps the stored entries, as in kube-apiserver.
     pub fn builtin_client(&self) -> kube::Client {
-        kube::Client::new(InProcess(self.clone(), true), "default")
+        let svc = InProcess(self.clone(), true, Some(crate::authz::loopback_identity()));
+        kube::Client::new(svc, "default")
+    }
+
+    /// An in-process client acting as `user`: its requests are authorized
+    /// as that user's, so a test runs with exactly the permissions RBAC
+    /// gives it (see [`Self::enable_rbac`]).
+    pub fn client_as(&self, user: UserInfo) -> kube::Client {
+        kube::Client::new(self.service_as(user), "default")
+    }
+
+    /// Authenticate network requests with `auth` (`None`: every request
+    /// acts as the privileged loopback user, the default).
+    pub fn set_authentication(&self, auth: Option<crate::authn::Authentication>) {
+        *self
+            .inner
+            .access
+            .authentication
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = auth.map(std::sync::Arc::new);
+    }
+
+    /// Decide requests by RBAC (kube's `--authorization-mode=RBAC`):
+    /// `system:masters` may do anything, everyone else what their Roles and
+    /// ClusterRoles grant. Off by default (every request allowed).
+    pub fn enable_rbac(&self, on: bool) {
+        self.inner
+            .access
+            .rbac
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -372,9 +479,10 @@ impl ApiServer {
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The server as a `tower::Service`: requests are answered in-process
-/// (with the second field, marked to omit managedFields in responses).
+/// (with the second field, marked to omit managedFields in responses; with
+/// the third, acting as that user whatever the headers say).
 #[derive(Clone)]
-pub struct InProcess(ApiServer, bool);
+pub struct InProcess(ApiServer, bool, Option<crate::authn::Identity>);
 
 impl<B> tower::Service<Request<B>> for InProcess
 where
@@ -395,6 +503,9 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        if let Some(id) = &self.2 {
+            req.extensions_mut().insert(id.clone());
+        }
         if self.1 {
             req.headers_mut().insert(
                 crate::codec::OMIT_MANAGED_FIELDS,
