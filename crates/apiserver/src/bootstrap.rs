@@ -148,6 +148,7 @@ fn ctx<'a>(
         headers: HeaderMap::new(),
         accept: Accept::default(),
         warnings: Vec::new(),
+        user: crate::authz::loopback_identity().0,
     })
 }
 

@@ -38,6 +38,9 @@ pub struct Ctx<'a> {
     pub accept: Accept,
     /// Warnings to send back as `Warning` headers.
     pub warnings: Vec<String>,
+    /// Who asks (after impersonation); the loopback user for the server's
+    /// own writes.
+    pub user: Arc<kubeforge_authz::UserInfo>,
 }
 
 /// Which endpoint an update came through.

@@ -369,6 +369,7 @@ async fn take_from_budget(
             headers,
             accept: Accept::default(),
             warnings: Vec::new(),
+            user: ctx.user.clone(),
         };
         let current = ctx
             .server

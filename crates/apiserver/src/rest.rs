@@ -54,6 +54,7 @@ pub async fn serve(
         headers,
         accept,
         warnings: Vec::new(),
+        user: user.clone(),
     };
     if !ctx.def.namespaced && p.namespace.is_some() {
         return Err(ApiError::no_route());
@@ -714,6 +715,7 @@ pub(crate) async fn create_object(
     let admitted = crate::fieldset::admitted(ctx, before_admission, &obj);
     crate::strategy::prepare_create(ctx, &mut obj);
     crate::csr::prepare_create(ctx, &mut obj, &name)?;
+    crate::rbac_escalation::check(ctx, &obj, None)?;
     validate(ctx, &mut obj, &name, None)?;
     if ctx.def.ephemeral_containers {
         crate::ephemeral::validate_create(ctx, &obj, &name)?;
@@ -957,6 +959,7 @@ pub(crate) async fn update_object(
             .saturating_add(1);
         meta_mut(&mut obj).insert("generation".into(), json!(g));
     }
+    crate::rbac_escalation::check(ctx, &obj, Some(&old))?;
     crate::crd::before_update(ctx, &mut obj, &old)?;
     // --- admission (crate::admission): validating webhooks ---
     let admission = crate::admission::Request {
@@ -1531,6 +1534,7 @@ async fn delete_collection(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response
         let query = ctx.query.clone();
         let headers = ctx.headers.clone();
         let opts = opts.clone();
+        let user = ctx.user.clone();
         running.spawn(async move {
             let ctx = Ctx {
                 server: &server,
@@ -1541,6 +1545,7 @@ async fn delete_collection(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response
                 headers,
                 accept: Accept::default(),
                 warnings: Vec::new(),
+                user,
             };
             delete_object(&ctx, &name, &opts).await.map(|(_, b)| (i, b))
         });
@@ -1623,6 +1628,7 @@ pub(crate) async fn ensure_object(
         headers: HeaderMap::new(),
         accept: Accept::default(),
         warnings: Vec::new(),
+        user: crate::authz::loopback_identity().0,
     };
     match create_object(&mut ctx, obj).await {
         Ok(_) => Ok(()),

@@ -213,7 +213,7 @@ impl ApiServer {
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         let writes = matches!(
             parts.method,
             Method::POST | Method::PUT | Method::PATCH | Method::DELETE
@@ -233,10 +233,12 @@ impl ApiServer {
         });
         let query = Query::parse(parts.uri.query());
         // The request path, in order: authentication (authn.rs) →
-        // authorization (authz.rs) → the handler: decode, admission
+        // impersonation (impersonation.rs) → authorization (authz.rs) → the handler: decode, admission
         // (mutating), validation, admission (validating), storage (rest.rs).
         let access = &self.inner.access;
         let user = crate::authn::authenticate(access.authentication().as_deref(), &parts)?;
+        let path = parts.uri.path().to_string();
+        let user = crate::impersonation::impersonate(self, user, &mut parts.headers, &path)?;
         if access.rbac_enabled() {
             let attrs = crate::authz::attributes(
                 (*user).clone(),
@@ -426,12 +428,18 @@ impl ApiServer {
         InProcess(self.clone(), false, Some(crate::authz::identity(user)))
     }
 
+    /// A tower service answering in-process as the privileged loopback
+    /// user (`system:apiserver` in `system:masters`), whatever the
+    /// request's headers say: what [`Self::client`] uses.
+    pub fn loopback_service(&self) -> InProcess {
+        InProcess(self.clone(), false, Some(crate::authz::loopback_identity()))
+    }
+
     /// A kube-rs client talking to this server in-process as the privileged
     /// loopback user (`system:apiserver` in `system:masters`), default
     /// namespace `default`.
     pub fn client(&self) -> kube::Client {
-        let svc = InProcess(self.clone(), false, Some(crate::authz::loopback_identity()));
-        kube::Client::new(svc, "default")
+        kube::Client::new(self.loopback_service(), "default")
     }
 
     /// An in-process client for the built-in components (controllers,

@@ -354,3 +354,233 @@ async fn kubectl_auth_can_i_whoami_and_forbidden_errors() {
         "{who}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_needs_the_impersonate_verb() {
+    let c = cluster().await;
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("kubeforge-access-imp-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("dir");
+    let admin = c.kubeconfig(&dir.0, Some("admin-token"));
+    let bob = c.kubeconfig(&dir.0, Some("bob-token"));
+
+    // system:masters may impersonate anyone; the request is then theirs.
+    let out = kubectl(
+        &admin,
+        &["--as", "bob", "--as-group", "devs", "auth", "whoami"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let who = text(&out.stdout);
+    let rows: Vec<Vec<&str>> = who
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(rows.contains(&vec!["Username", "bob"]), "{who}");
+    assert!(
+        rows.contains(&vec!["Groups", "[devs", "system:authenticated]"]),
+        "{who}"
+    );
+    let out = kubectl(&admin, &["--as", "bob", "get", "pods"]);
+    assert!(
+        text(&out.stderr).contains(r#"pods is forbidden: User "bob" cannot list resource "pods""#),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // bob may not, until a role lets him impersonate alice (and only her).
+    // (whoami hides a 403's text; get shows it.)
+    let out = kubectl(&bob, &["--as", "alice", "get", "pods"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains(r#"users "alice" is forbidden: User "bob" cannot impersonate resource "users" in API group "" at the cluster scope"#),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = kubectl(
+        &admin,
+        &[
+            "create",
+            "clusterrole",
+            "impersonate-alice",
+            "--verb=impersonate",
+            "--resource=users",
+            "--resource-name=alice",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = kubectl(
+        &admin,
+        &[
+            "create",
+            "clusterrolebinding",
+            "bob-as-alice",
+            "--clusterrole=impersonate-alice",
+            "--user=bob",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = kubectl(&bob, &["--as", "alice", "auth", "whoami"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let who = text(&out.stdout);
+    let rows: Vec<Vec<&str>> = who
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(rows.contains(&vec!["Username", "alice"]), "{who}");
+    assert!(
+        rows.contains(&vec!["Groups", "[system:authenticated]"]),
+        "{who}"
+    );
+    let out = kubectl(&bob, &["--as", "carol", "auth", "whoami"]);
+    assert!(!out.status.success(), "only alice");
+    // Impersonating a group too needs the verb on groups.
+    let out = kubectl(
+        &bob,
+        &[
+            "--as",
+            "alice",
+            "--as-group",
+            "system:masters",
+            "get",
+            "pods",
+        ],
+    );
+    assert!(
+        text(&out.stderr).contains(r#"groups "system:masters" is forbidden: User "bob" cannot impersonate resource "groups""#),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Groups without a user: kube's 500.
+    let req = http::Request::get("/api/v1/namespaces/default/pods")
+        .header("Impersonate-Group", "devs")
+        .body(Vec::new())
+        .expect("request");
+    let e = api_error(
+        c.client(Some("admin-token"))
+            .request::<serde_json::Value>(req)
+            .await
+            .expect_err("500"),
+    );
+    assert_eq!(e.code, 500);
+    assert!(
+        e.message.contains("without impersonating a user"),
+        "{}",
+        e.message
+    );
+}
+
+fn rbac<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+    serde_json::from_value(v).expect("rbac object")
+}
+
+#[tokio::test]
+async fn nobody_grants_what_they_do_not_hold() {
+    let c = cluster().await;
+    let admin = c.client(Some("admin-token"));
+    let bob = c.client(Some("bob-token"));
+    // bob may write Roles and RoleBindings in default, nothing else.
+    Api::<Role>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &rbac(json!({
+            "metadata": {"name": "rbac-writer"},
+            "rules": [{"apiGroups": ["rbac.authorization.k8s.io"],
+                       "resources": ["roles", "rolebindings"], "verbs": ["create", "update", "get"]}]})))
+        .await
+        .expect("role");
+    Api::<RoleBinding>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &rbac(json!({
+            "metadata": {"name": "bob-writes-rbac"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "rbac-writer"},
+            "subjects": [{"kind": "User", "name": "bob"}]})))
+        .await
+        .expect("binding");
+
+    let roles: Api<Role> = Api::namespaced(bob.clone(), "default");
+    let e = api_error(
+        roles
+            .create(&PostParams::default(), &rbac(json!({
+                "metadata": {"name": "more"},
+                "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]})))
+            .await
+            .expect_err("escalation"),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        e.message,
+        "roles.rbac.authorization.k8s.io \"more\" is forbidden: user \"bob\" (groups=[\"devs\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\"]}"
+    );
+    // What bob holds he may hand on.
+    roles
+        .create(&PostParams::default(), &rbac(json!({
+            "metadata": {"name": "same"},
+            "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["get"]}]})))
+        .await
+        .expect("no escalation");
+
+    let bindings: Api<RoleBinding> = Api::namespaced(bob.clone(), "default");
+    let admin_binding = rbac::<RoleBinding>(json!({
+        "metadata": {"name": "bob-is-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "User", "name": "bob"}]}));
+    let e = api_error(
+        bindings
+            .create(&PostParams::default(), &admin_binding)
+            .await
+            .expect_err("escalation"),
+    );
+    assert_eq!(
+        e.message,
+        "rolebindings.rbac.authorization.k8s.io \"bob-is-admin\" is forbidden: user \"bob\" (groups=[\"devs\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"*\"], Resources:[\"*\"], Verbs:[\"*\"]}\n{NonResourceURLs:[\"*\"], Verbs:[\"*\"]}"
+    );
+    let e = api_error(
+        bindings
+            .create(&PostParams::default(), &rbac(json!({
+                "metadata": {"name": "to-nothing"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "missing"},
+                "subjects": [{"kind": "User", "name": "bob"}]})))
+            .await
+            .expect_err("missing role"),
+    );
+    assert_eq!(
+        e.message,
+        "rolebindings.rbac.authorization.k8s.io \"to-nothing\" is forbidden: role.rbac.authorization.k8s.io \"missing\" not found"
+    );
+
+    // With `bind` on cluster-admin (here, in default only), bob may bind it.
+    Api::<Role>::namespaced(admin.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &rbac(json!({
+            "metadata": {"name": "binder"},
+            "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+                       "verbs": ["bind"], "resourceNames": ["cluster-admin"]}]})),
+        )
+        .await
+        .expect("binder role");
+    Api::<RoleBinding>::namespaced(admin.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &rbac(json!({
+            "metadata": {"name": "bob-binds"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "binder"},
+            "subjects": [{"kind": "User", "name": "bob"}]})),
+        )
+        .await
+        .expect("binder binding");
+    bindings
+        .create(&PostParams::default(), &admin_binding)
+        .await
+        .expect("bind allows it");
+    // …and now holds everything in default, but not beyond it.
+    Api::<ConfigMap>::default_namespaced(bob.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("admin in default");
+    let e = api_error(
+        Api::<ConfigMap>::namespaced(bob, "kube-system")
+            .list(&ListParams::default())
+            .await
+            .expect_err("not elsewhere"),
+    );
+    assert_eq!(e.code, 403);
+}

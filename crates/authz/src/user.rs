@@ -44,6 +44,17 @@ impl UserInfo {
         }
     }
 
+    /// ServiceAccount `name` in `namespace` as its token authenticates it:
+    /// `system:serviceaccount:<ns>:<name>` in `system:serviceaccounts`,
+    /// `system:serviceaccounts:<ns>` and `system:authenticated`.
+    pub fn service_account(namespace: &str, name: &str) -> UserInfo {
+        let [all, ns] = service_account_groups(namespace);
+        UserInfo::new(
+            &service_account_username(namespace, name),
+            [all, ns, ALL_AUTHENTICATED.to_string()],
+        )
+    }
+
     /// The anonymous user: `system:anonymous` in `system:unauthenticated`.
     pub fn anonymous() -> UserInfo {
         UserInfo::new(ANONYMOUS, [ALL_UNAUTHENTICATED])
@@ -55,7 +66,7 @@ impl UserInfo {
     }
 
     /// The ServiceAccount `(namespace, name)` this username names, if any.
-    pub fn service_account(&self) -> Option<(&str, &str)> {
+    pub fn as_service_account(&self) -> Option<(&str, &str)> {
         split_service_account(&self.name)
     }
 }

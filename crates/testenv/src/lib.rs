@@ -55,6 +55,7 @@ pub mod faults;
 pub use faults::{
     FaultBody, FaultHandle, FaultLayer, FaultService, FaultStats, Faults, InjectedError, Verb,
 };
+pub use kubeforge_apiserver::UserInfo;
 
 /// Why a test environment could not start.
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +130,7 @@ pub struct TestEnvBuilder {
     crd_dirs: Vec<PathBuf>,
     builtin_controllers: bool,
     loopback: bool,
+    rbac: bool,
     faults: Faults,
     workloads: bool,
     scheduler: bool,
@@ -143,6 +145,7 @@ impl Default for TestEnvBuilder {
             crd_dirs: Vec::new(),
             builtin_controllers: true,
             loopback: false,
+            rbac: false,
             faults: Faults::new(),
             workloads: false,
             scheduler: false,
@@ -187,6 +190,16 @@ impl TestEnvBuilder {
     /// environment's [`TestEnv::client`] then goes through the socket too.
     pub fn loopback(mut self, on: bool) -> Self {
         self.loopback = on;
+        self
+    }
+
+    /// Decide requests by RBAC (default off: every request is allowed).
+    /// [`TestEnv::client`] stays privileged (`system:masters`); clients
+    /// from [`TestEnv::client_as`] get exactly what their Roles grant, so an
+    /// operator's tests run with the operator's own RBAC and fail when its
+    /// manifests miss a permission.
+    pub fn rbac(mut self, on: bool) -> Self {
+        self.rbac = on;
         self
     }
 
@@ -243,6 +256,7 @@ impl TestEnvBuilder {
             crds.extend(crds::read_dir(dir)?);
         }
         let server = ApiServer::in_memory().await;
+        server.enable_rbac(self.rbac);
         if !crds.is_empty() {
             crds::install(&server.client(), crds).await?;
         }
@@ -288,7 +302,7 @@ impl TestEnvBuilder {
             workloads,
             scheduler,
             simulator,
-            client: kube::Client::new(faults.layer().layer(server.service()), "default"),
+            client: kube::Client::new(faults.layer().layer(server.loopback_service()), "default"),
             server,
             faults,
             controllers,
@@ -349,6 +363,13 @@ impl TestEnv {
     /// fault injection; in loopback mode it talks HTTP over the socket.
     pub fn client(&self) -> kube::Client {
         self.client.clone()
+    }
+
+    /// An in-process client acting as `user` (no fault injection): with
+    /// [`TestEnvBuilder::rbac`] it may do what RBAC grants that user, e.g.
+    /// `env.client_as(UserInfo::service_account("system", "my-operator"))`.
+    pub fn client_as(&self, user: kubeforge_apiserver::UserInfo) -> kube::Client {
+        self.server.client_as(user)
     }
 
     /// An in-process client that bypasses fault injection: for a test's own

@@ -532,3 +532,68 @@ async fn foreground_deletion_waits_for_the_gc_with_controllers_on() {
     .await;
     env.stop().await;
 }
+
+/// An operator's tests can run with the operator's own RBAC: a client
+/// acting as its ServiceAccount may do what its Role grants and nothing
+/// more, so a manifest missing a permission fails the test.
+#[tokio::test]
+async fn client_as_runs_with_exactly_the_rbac_it_is_given() {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let env = TestEnv::builder().rbac(true).start().await.expect("env");
+    let op = env.client_as(kubeforge_testenv::UserInfo::service_account(
+        "default",
+        "my-operator",
+    ));
+    let cms: Api<ConfigMap> = Api::default_namespaced(op.clone());
+    assert_eq!(
+        api_status(cms.list(&ListParams::default()).await),
+        (403, "Forbidden".into())
+    );
+    let admin = env.client();
+    let role: Role = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "my-operator"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create"]}]
+    }))
+    .expect("role");
+    Api::<Role>::default_namespaced(admin.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("role");
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "my-operator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "my-operator"},
+        "subjects": [{"kind": "ServiceAccount", "name": "my-operator"}]
+    }))
+    .expect("binding");
+    Api::<RoleBinding>::default_namespaced(admin)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding");
+    cms.create(&PostParams::default(), &config_map("made", &[("a", "b")]))
+        .await
+        .expect("granted");
+    let names: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert!(names.contains(&"made".to_string()), "{names:?}");
+    assert_eq!(
+        api_status(cms.delete("made", &DeleteParams::default()).await),
+        (403, "Forbidden".into()),
+        "delete was not granted"
+    );
+    assert_eq!(
+        api_status(
+            Api::<ConfigMap>::namespaced(op, "kube-system")
+                .list(&ListParams::default())
+                .await
+        ),
+        (403, "Forbidden".into()),
+        "only in its namespace"
+    );
+    env.stop().await;
+}

@@ -12,6 +12,7 @@
 //! decision looks only at the bindings that name the caller — the decision
 //! is the same, its cost no longer grows with the number of bindings.
 
+pub mod escalation;
 pub mod rules;
 
 // Keys are subject names written by those allowed to write bindings;
@@ -235,30 +236,7 @@ impl RbacPolicy {
         role_ref: &k8s_openapi::api::rbac::v1::RoleRef,
         subjects: Vec<Subject>,
     ) -> Binding {
-        let q = kubeforge_apimachinery::gofmt::quote;
-        let rules = match role_ref.kind.as_str() {
-            "Role" => self
-                .roles
-                .get(&(namespace.clone(), role_ref.name.clone()))
-                .cloned()
-                .ok_or_else(|| {
-                    format!(
-                        "role.rbac.authorization.k8s.io {} not found",
-                        q(&role_ref.name)
-                    )
-                }),
-            "ClusterRole" => self
-                .cluster_roles
-                .get(&role_ref.name)
-                .cloned()
-                .ok_or_else(|| {
-                    format!(
-                        "clusterrole.rbac.authorization.k8s.io {} not found",
-                        q(&role_ref.name)
-                    )
-                }),
-            kind => Err(format!("unsupported role reference kind: {}", q(kind))),
-        };
+        let rules = self.role_ref_rules(&role_ref.kind, &role_ref.name, &namespace);
         let mut b = Binding {
             name,
             namespace,
@@ -274,6 +252,33 @@ impl RbacPolicy {
             .map(|s| format!("RBAC: allowed by {}", b.describe(s)))
             .collect();
         b
+    }
+
+    /// The rules of the role a binding in `namespace` ("" for a
+    /// ClusterRoleBinding) refers to, or kube's error (the lister's
+    /// NotFound wording, or an unsupported kind) — kube's
+    /// `GetRoleReferenceRules`.
+    pub fn role_ref_rules(
+        &self,
+        kind: &str,
+        name: &str,
+        namespace: &str,
+    ) -> Result<Arc<[Rule]>, String> {
+        let q = kubeforge_apimachinery::gofmt::quote;
+        match kind {
+            "Role" => self
+                .roles
+                .get(&(namespace.to_string(), name.to_string()))
+                .cloned()
+                .ok_or_else(|| format!("role.rbac.authorization.k8s.io {} not found", q(name))),
+            "ClusterRole" => self.cluster_roles.get(name).cloned().ok_or_else(|| {
+                format!(
+                    "clusterrole.rbac.authorization.k8s.io {} not found",
+                    q(name)
+                )
+            }),
+            kind => Err(format!("unsupported role reference kind: {}", q(kind))),
+        }
     }
 
     /// Number of bindings (cluster and namespaced).

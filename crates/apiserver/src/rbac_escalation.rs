@@ -1,0 +1,158 @@
+//! Escalation prevention on RBAC writes (kube's policy-based Role,
+//! ClusterRole, RoleBinding and ClusterRoleBinding storage): with RBAC on,
+//! nobody grants what they do not hold.
+//!
+//! - A Role or ClusterRole write passes for `system:masters`, for a user
+//!   allowed `escalate` on it, when only GC fields change, or when the
+//!   writer's own rules (cluster-wide plus the role's namespace) cover every
+//!   rule it grants. Setting an `aggregationRule` needs `system:masters`.
+//! - A binding write passes for `system:masters`, for a user allowed `bind`
+//!   on the referenced role (in the binding's namespace, "" for a
+//!   ClusterRoleBinding), when only GC fields change, or when the writer
+//!   covers the referenced role's rules; a missing role is refused.
+//!
+//! Refusals are kube's 403: `roles.rbac.authorization.k8s.io "r" is
+//! forbidden: user "x" (groups=[…]) is attempting to grant RBAC
+//! permissions not currently held:\n{APIGroups:[""], …}`.
+
+use kubeforge_authz::Attributes;
+use kubeforge_authz::rbac::Rule;
+use kubeforge_authz::rbac::escalation::confirm_no_escalation;
+use kubeforge_authz::user::SYSTEM_MASTERS;
+use serde_json::Value;
+
+use crate::context::Ctx;
+use crate::error::{ApiError, ApiResult};
+
+const GROUP: &str = "rbac.authorization.k8s.io";
+
+/// The fields of an RBAC object that grant something: everything but the
+/// metadata the server or the garbage collector writes.
+fn granting(obj: &Value) -> Value {
+    let mut v = obj.clone();
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for k in [
+            "finalizers",
+            "ownerReferences",
+            "resourceVersion",
+            "managedFields",
+            "generation",
+            "creationTimestamp",
+            "uid",
+            "selfLink",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ] {
+            m.remove(k);
+        }
+    }
+    v
+}
+
+fn rules_of(obj: &Value) -> Vec<Rule> {
+    obj.get("rules")
+        .cloned()
+        .and_then(|r| serde_json::from_value::<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>(r).ok())
+        .unwrap_or_default()
+        .iter()
+        .map(Rule::from)
+        .collect()
+}
+
+/// Refuse `obj` (replacing `old`, if any) when it would grant its writer
+/// more than they hold.
+pub(crate) fn check(ctx: &Ctx<'_>, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
+    let def = &ctx.def;
+    if def.group != GROUP {
+        return Ok(());
+    }
+    let access = &ctx.server.inner.access;
+    let user = &ctx.user;
+    if !access.rbac_enabled() || user.in_group(SYSTEM_MASTERS) {
+        return Ok(());
+    }
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let ns = if def.namespaced {
+        ctx.ns.clone().unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let forbidden = |why: &str| ApiError::forbidden(def.gr(), name, why);
+    let gc_only = old.is_some_and(|o| granting(o) == granting(obj));
+    let server = ctx.server;
+    match def.plural.as_str() {
+        "roles" | "clusterroles" => {
+            let aggregation = obj.get("aggregationRule").filter(|a| !a.is_null());
+            let aggregation_changed =
+                aggregation.is_some() && old.and_then(|o| o.get("aggregationRule")) != aggregation;
+            if def.plural == "clusterroles" && aggregation_changed {
+                return Err(forbidden(
+                    "must have cluster-admin privileges to use the aggregationRule",
+                ));
+            }
+            let escalate = Attributes::resource(
+                (**user).clone(),
+                "escalate",
+                &ns,
+                GROUP,
+                "*",
+                &def.plural,
+                "",
+                name,
+            );
+            if gc_only || access.decide(server, &escalate).allowed() {
+                return Ok(());
+            }
+            let (held, errors) = access.rbac_authorizer(server).policy().rules_for(user, &ns);
+            confirm_no_escalation(user, &held, &errors, &rules_of(obj)).map_err(|m| forbidden(&m))
+        }
+        "rolebindings" | "clusterrolebindings" => {
+            let kind = obj
+                .pointer("/roleRef/kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let role = obj
+                .pointer("/roleRef/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let role_group = obj
+                .pointer("/roleRef/apiGroup")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let resource = match kind {
+                "ClusterRole" => Some("clusterroles"),
+                "Role" => Some("roles"),
+                _ => None,
+            };
+            if let Some(resource) = resource {
+                let bind = Attributes::resource(
+                    (**user).clone(),
+                    "bind",
+                    &ns,
+                    role_group,
+                    "",
+                    resource,
+                    "",
+                    role,
+                );
+                if access.decide(server, &bind).allowed() {
+                    return Ok(());
+                }
+            }
+            if gc_only {
+                return Ok(());
+            }
+            let authorizer = access.rbac_authorizer(server);
+            let policy = authorizer.policy();
+            let granted = policy
+                .role_ref_rules(kind, role, &ns)
+                .map_err(|e| forbidden(&e))?;
+            let (held, errors) = policy.rules_for(user, &ns);
+            confirm_no_escalation(user, &held, &errors, &granted).map_err(|m| forbidden(&m))
+        }
+        _ => Ok(()),
+    }
+}
