@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every test of the workspace on a fresh machine: installs what the tests
-# need (Python's kubernetes client), checks the kubectl binaries the tests
+# need (Python's kubernetes client, openssl, curl), checks the kubectl binaries the tests
 # drive, checks formatting, lints and docs, then builds and runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,17 @@ need kubectl "the tests drive the real kubectl; install it (kubectl 1.27-1.33 be
 need python3 "the Python client tests need python3"
 cargo fmt --version >/dev/null 2>&1 || { echo "test-all: rustfmt is required: rustup component add rustfmt" >&2; exit 1; }
 cargo clippy --version >/dev/null 2>&1 || { echo "test-all: clippy is required: rustup component add clippy" >&2; exit 1; }
+
+# openssl makes the multi-valued certificate subjects the x509 tests need;
+# curl plays the unauthenticated client.
+missing=()
+for tool in openssl curl; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "test-all: installing ${missing[*]} (Debian packages)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
 
 if ! python3 -c 'import kubernetes' 2>/dev/null; then
   echo "test-all: installing the Python kubernetes client"

@@ -7,10 +7,13 @@
 //!    whoever the test asks for;
 //! 2. a server without [`Authentication`] (the first-wave default, kept for
 //!    loopback-only use) treats every request as that same privileged user;
-//! 3. `Authorization: Bearer <token>` is looked up in the static tokens;
-//!    an unknown token is 401 — never anonymous, as in kube;
-//! 4. a request without credentials is `system:anonymous` when anonymous
-//!    access is on, else 401.
+//! 3. a client certificate (HTTPS, [`crate::tls`]) verified against the
+//!    client CA names the user by its subject (CN, O; kube's x509
+//!    authenticator);
+//! 4. `Authorization: Bearer <token>` is looked up in the static tokens;
+//! 5. a credential that fails every authenticator is 401 — never
+//!    anonymous, as in kube; a request without credentials is
+//!    `system:anonymous` when anonymous access is on, else 401.
 //!
 //! A 401 carries kube's body exactly (`"message":"Unauthorized"`), nothing
 //! about why, so a client learns nothing from a bad token.
@@ -31,6 +34,19 @@ pub(crate) struct Identity(pub Arc<UserInfo>);
 pub struct Authentication {
     tokens: TokenFile,
     anonymous: bool,
+    /// Verifies client certificate chains (kube's `--client-ca-file`).
+    client_ca: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+}
+
+/// A client CA that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientCaError {
+    /// No certificate in the PEM text.
+    #[error("the client CA bundle holds no certificate")]
+    Empty,
+    /// A certificate rustls refuses as a trust anchor.
+    #[error("the client CA bundle is not usable: {0}")]
+    Invalid(String),
 }
 
 impl Authentication {
@@ -39,7 +55,59 @@ impl Authentication {
         Authentication {
             tokens,
             anonymous: false,
+            client_ca: None,
         }
+    }
+
+    /// Accept client certificates signed by the CA(s) in `pem` (kube's
+    /// `--client-ca-file`), with the `clientAuth` usage.
+    pub fn with_client_ca(mut self, pem: &str) -> Result<Authentication, ClientCaError> {
+        use rustls::pki_types::{CertificateDer, pem::PemObject};
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            let cert = cert.map_err(|e| ClientCaError::Invalid(e.to_string()))?;
+            roots
+                .add(cert)
+                .map_err(|e| ClientCaError::Invalid(e.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(ClientCaError::Empty);
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            crate::tls::provider(),
+        )
+        .build()
+        .map_err(|e| ClientCaError::Invalid(e.to_string()))?;
+        self.client_ca = Some(verifier);
+        Ok(self)
+    }
+
+    /// The user a verified client certificate chain names: `Ok(None)` for
+    /// no usable certificate authority or no CN, `Err` for a chain that
+    /// does not verify.
+    fn certificate_user(
+        &self,
+        peer: &[rustls::pki_types::CertificateDer<'static>],
+    ) -> Result<Option<UserInfo>, ()> {
+        let (Some(verifier), Some((leaf, intermediates))) = (&self.client_ca, peer.split_first())
+        else {
+            return Ok(None);
+        };
+        if let Err(e) =
+            verifier.verify_client_cert(leaf, intermediates, rustls::pki_types::UnixTime::now())
+        {
+            tracing::debug!(error = %e, "client certificate refused");
+            return Err(());
+        }
+        kubeforge_authz::x509::user_from_certificate(leaf).map_err(|e| {
+            tracing::debug!(error = %e, "client certificate names no user");
+        })
+    }
+
+    /// The user a static token names.
+    pub(crate) fn static_token(&self, token: &str) -> Option<&UserInfo> {
+        self.tokens.authenticate(token)
     }
 
     /// Let requests without credentials through as `system:anonymous`
@@ -73,6 +141,7 @@ fn bearer(parts: &http::request::Parts) -> Option<&str> {
 
 /// Who sent `parts`, or 401.
 pub(crate) fn authenticate(
+    server: &crate::ApiServer,
     config: Option<&Authentication>,
     parts: &http::request::Parts,
 ) -> ApiResult<Arc<UserInfo>> {
@@ -82,11 +151,32 @@ pub(crate) fn authenticate(
     let Some(config) = config else {
         return Ok(crate::authz::loopback_identity().0);
     };
+    // Each authenticator in turn; the first that names a user wins, and a
+    // credential none accepts is a 401 (kube's union).
+    let mut failed = false;
+    if let Some(crate::tls::PeerCertificates(peer)) =
+        parts.extensions.get::<crate::tls::PeerCertificates>()
+    {
+        match config.certificate_user(peer) {
+            Ok(Some(user)) => return Ok(Arc::new(user)),
+            Ok(None) => {}
+            Err(()) => failed = true,
+        }
+    }
     if let Some(token) = bearer(parts) {
-        return match config.tokens.authenticate(token) {
-            Some(user) => Ok(Arc::new(user.clone())),
-            None => Err(ApiError::unauthorized()),
+        if let Some(user) = config.tokens.authenticate(token) {
+            return Ok(Arc::new(user.clone()));
+        }
+        return match crate::satokens::authenticate(server, token, &[]) {
+            Ok((user, _)) => Ok(Arc::new(user)),
+            Err(e) => {
+                tracing::debug!(error = %e, "bearer token refused");
+                Err(ApiError::unauthorized())
+            }
         };
+    }
+    if failed {
+        return Err(ApiError::unauthorized());
     }
     if config.anonymous {
         Ok(Arc::new(UserInfo::anonymous()))

@@ -39,6 +39,8 @@ pub(crate) struct Access {
     pub authentication: RwLock<Option<Arc<crate::authn::Authentication>>>,
     /// Whether RBAC decides (else every authenticated request is allowed).
     pub rbac: AtomicBool,
+    /// Signs and verifies ServiceAccount tokens.
+    pub issuer: RwLock<Option<Arc<kubeforge_authz::satoken::TokenIssuer>>>,
     /// Bumped after every committed RBAC write.
     generation: AtomicU64,
     /// The snapshot and the generation it was built at.
@@ -49,6 +51,14 @@ impl Access {
     /// The authentication settings in force.
     pub fn authentication(&self) -> Option<Arc<crate::authn::Authentication>> {
         self.authentication
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The ServiceAccount token issuer.
+    pub fn token_issuer(&self) -> Option<Arc<kubeforge_authz::satoken::TokenIssuer>> {
+        self.issuer
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()

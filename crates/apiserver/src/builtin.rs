@@ -656,6 +656,20 @@ static ROWS: &[Row] = &[
     ),
     row!(
         "authentication.k8s.io/v1",
+        "TokenReview",
+        "tokenreviews",
+        NONE,
+        NONE,
+        CLUSTER,
+        0,
+        NONE,
+        PathSegment,
+        false,
+        Plain,
+        no_columns
+    ),
+    row!(
+        "authentication.k8s.io/v1",
         "SelfSubjectReview",
         "selfsubjectreviews",
         NONE,

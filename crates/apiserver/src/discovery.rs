@@ -133,6 +133,15 @@ pub(crate) fn subresources(d: &ResourceDef) -> Vec<Subresource> {
     if d.ephemeral_containers {
         out.push(own("ephemeralcontainers", GET_PATCH_UPDATE));
     }
+    if d.group.is_empty() && d.plural == "serviceaccounts" {
+        out.push(Subresource {
+            name: "token",
+            group: "authentication.k8s.io".into(),
+            version: "v1".into(),
+            kind: "TokenRequest".into(),
+            verbs: &["create"],
+        });
+    }
     if d.eviction {
         out.push(Subresource {
             name: "eviction",

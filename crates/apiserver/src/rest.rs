@@ -90,6 +90,11 @@ pub async fn serve(
         (Some("scale"), true, m) if ctx.def.scale.is_some() => {
             crate::scale::serve(&mut ctx, m, &body).await
         }
+        (Some("token"), true, &Method::POST)
+            if ctx.def.group.is_empty() && ctx.def.plural == "serviceaccounts" =>
+        {
+            crate::satokens::create(&mut ctx, &body).await
+        }
         (Some("binding"), true, &Method::POST) if ctx.def.binding => {
             crate::scale::bind(&mut ctx, &body).await
         }

@@ -33,6 +33,7 @@ pub(crate) const REVIEWS: &[(&str, &str)] = &[
     ("authorization.k8s.io", "localsubjectaccessreviews"),
     ("authorization.k8s.io", "selfsubjectrulesreviews"),
     ("authentication.k8s.io", "selfsubjectreviews"),
+    ("authentication.k8s.io", "tokenreviews"),
 ];
 
 /// Whether a row is one of the review resources.
@@ -76,6 +77,7 @@ pub(crate) async fn serve(
             access_status(&ctx.server.inner.access.decide(ctx.server, &a))
         }
         "selfsubjectrulesreviews" => rules_status(ctx, &spec, user)?,
+        "tokenreviews" => crate::satokens::review(ctx.server, &spec)?,
         _ => {
             let now = jiff::Timestamp::now().to_string();
             review["metadata"] = json!({"creationTimestamp": now});
@@ -279,7 +281,8 @@ fn rules_status(ctx: &Ctx<'_>, spec: &Value, user: &UserInfo) -> ApiResult<Value
     Ok(s)
 }
 
-fn user_info(u: &UserInfo) -> Value {
+/// `userInfo` as the review objects carry it.
+pub(crate) fn user_info(u: &UserInfo) -> Value {
     let mut o = json!({"username": u.name, "groups": u.groups});
     if !u.uid.is_empty() {
         o["uid"] = json!(u.uid);

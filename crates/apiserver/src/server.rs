@@ -72,6 +72,10 @@ impl ApiServer {
                 access: Default::default(),
             }),
         };
+        let issuer =
+            kubeforge_authz::satoken::TokenIssuer::generate(crate::satokens::DEFAULT_ISSUER)
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+        server.set_token_issuer(issuer);
         crate::crd::restore(&server)?;
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             crate::rest::ensure_namespace(&server, ns).await?;
@@ -236,7 +240,7 @@ impl ApiServer {
         // impersonation (impersonation.rs) → authorization (authz.rs) → the handler: decode, admission
         // (mutating), validation, admission (validating), storage (rest.rs).
         let access = &self.inner.access;
-        let user = crate::authn::authenticate(access.authentication().as_deref(), &parts)?;
+        let user = crate::authn::authenticate(self, access.authentication().as_deref(), &parts)?;
         let path = parts.uri.path().to_string();
         let user = crate::impersonation::impersonate(self, user, &mut parts.headers, &path)?;
         if access.rbac_enabled() {
@@ -359,10 +363,11 @@ impl ApiServer {
         }
     }
 
-    /// Serve HTTPS (HTTP/1.1 over TLS with `tls`) on `listener` until
-    /// `shutdown` resolves. Clients send credentials over it: kubectl reads
-    /// a kubeconfig's token or client certificate only for an `https://`
-    /// server.
+    /// Serve HTTPS (HTTP/1.1 over TLS with `tls`, best made by
+    /// [`crate::tls::server_config`] so client certificates are asked for)
+    /// on `listener` until `shutdown` resolves. Clients send credentials
+    /// over it: kubectl reads a kubeconfig's token or client certificate
+    /// only for an `https://` server.
     pub async fn serve_tls(
         self,
         listener: tokio::net::TcpListener,
@@ -391,9 +396,19 @@ impl ApiServer {
                         return;
                     }
                 };
-                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    tower::ServiceExt::oneshot(service.clone(), req)
-                });
+                let peer = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .filter(|c| !c.is_empty())
+                    .map(|c| crate::tls::PeerCertificates(Arc::new(c.to_vec())));
+                let svc =
+                    hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                        if let Some(p) = &peer {
+                            req.extensions_mut().insert(p.clone());
+                        }
+                        tower::ServiceExt::oneshot(service.clone(), req)
+                    });
                 let io = hyper_util::rt::TokioIo::new(tls);
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .keep_alive(true)
@@ -470,6 +485,18 @@ impl ApiServer {
             .authentication
             .write()
             .unwrap_or_else(|p| p.into_inner()) = auth.map(std::sync::Arc::new);
+    }
+
+    /// Sign and accept ServiceAccount tokens with `issuer` (a new key is
+    /// made at start; give the same key across restarts so issued tokens
+    /// stay valid).
+    pub fn set_token_issuer(&self, issuer: kubeforge_authz::satoken::TokenIssuer) {
+        *self
+            .inner
+            .access
+            .issuer
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(issuer));
     }
 
     /// Decide requests by RBAC (kube's `--authorization-mode=RBAC`):

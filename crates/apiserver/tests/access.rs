@@ -19,46 +19,80 @@ struct Cluster {
     server: ApiServer,
     url: String,
     /// The HTTPS listener kubectl uses (it sends credentials only over TLS)
-    /// and the CA that signed its certificate, PEM.
+    /// and the CA that signed its certificate and trusted client ones.
     https: String,
-    ca: String,
+    ca: Ca,
 }
 
-/// A CA and a serving certificate for 127.0.0.1 it signed.
-fn tls() -> (std::sync::Arc<rustls::ServerConfig>, String) {
-    let ca_key = rcgen::KeyPair::generate().expect("key");
-    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(rcgen::DnType::CommonName, "access test CA");
-    ca.key_usages = vec![
-        rcgen::KeyUsagePurpose::KeyCertSign,
-        rcgen::KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca.self_signed(&ca_key).expect("ca");
-    let issuer = rcgen::Issuer::new(ca, &ca_key);
-    let key = rcgen::KeyPair::generate().expect("key");
+/// A certificate authority for the test: it signs the serving certificate
+/// and client certificates.
+struct Ca {
+    params: rcgen::CertificateParams,
+    key: rcgen::KeyPair,
+    pem: String,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let pem = params.self_signed(&key).expect("ca").pem();
+        Ca { params, key, pem }
+    }
+
+    /// A certificate for `params`, signed by this CA: (cert PEM, key PEM,
+    /// cert DER).
+    fn sign(&self, params: rcgen::CertificateParams) -> (String, String, Vec<u8>) {
+        let issuer = rcgen::Issuer::new(self.params.clone(), &self.key);
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &issuer).expect("cert");
+        (cert.pem(), key.serialize_pem(), cert.der().to_vec())
+    }
+
+    /// A client certificate for `cn` in `orgs`: (cert PEM, key PEM).
+    fn client(&self, cn: &str, orgs: &[&str]) -> (String, String) {
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        for o in orgs {
+            p.distinguished_name
+                .push(rcgen::DnType::OrganizationName, *o);
+        }
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let (cert, key, _) = self.sign(p);
+        (cert, key)
+    }
+}
+
+/// The serving configuration for 127.0.0.1, signed by `ca`.
+fn tls(ca: &Ca) -> std::sync::Arc<rustls::ServerConfig> {
     let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("params");
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, &issuer).expect("cert");
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![cert.der().clone()],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-        )
-        .expect("server config");
-    (std::sync::Arc::new(config), ca_cert.pem())
+    let (_, key, der) = ca.sign(params);
+    use rustls::pki_types::pem::PemObject;
+    kubeforge_apiserver::tls::server_config(
+        vec![der.into()],
+        rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("key"),
+    )
+    .expect("server config")
 }
 
 async fn cluster() -> Cluster {
     let server = ApiServer::in_memory().await;
-    server.set_authentication(Some(Authentication::new(
-        TokenFile::parse(TOKENS).expect("token file"),
-    )));
+    let ca = Ca::new("access test CA");
+    server.set_authentication(Some(
+        Authentication::new(TokenFile::parse(TOKENS).expect("token file"))
+            .with_client_ca(&ca.pem)
+            .expect("client CA"),
+    ));
     server.enable_rbac(true);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -69,7 +103,7 @@ async fn cluster() -> Cluster {
         .await
         .expect("bind");
     let secure_addr = secure.local_addr().expect("addr");
-    let (config, ca) = tls();
+    let config = tls(&ca);
     tokio::spawn(
         server
             .clone()
@@ -98,13 +132,28 @@ impl Cluster {
             Some(t) => format!("{{token: {t}}}"),
             None => "{}".into(),
         };
-        let path = dir.join(format!("kubeconfig-{}", token.unwrap_or("none")));
+        self.kubeconfig_for(dir, token.unwrap_or("none"), &user)
+    }
+
+    /// A kubeconfig whose user presents `cert` and `key` (PEM).
+    fn kubeconfig_cert(&self, dir: &Path, tag: &str, (cert, key): &(String, String)) -> PathBuf {
+        let b64 = |s: &str| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, s);
+        let user = format!(
+            "{{client-certificate-data: {}, client-key-data: {}}}",
+            b64(cert),
+            b64(key)
+        );
+        self.kubeconfig_for(dir, tag, &user)
+    }
+
+    fn kubeconfig_for(&self, dir: &Path, tag: &str, user: &str) -> PathBuf {
+        let path = dir.join(format!("kubeconfig-{tag}"));
         std::fs::write(
             &path,
             format!(
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: k\n  cluster:\n    server: {}\n    certificate-authority-data: {}\ncontexts:\n- name: k\n  context:\n    cluster: k\n    user: u\n    namespace: default\ncurrent-context: k\nusers:\n- name: u\n  user: {user}\n",
                 self.https,
-                base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &self.ca),
+                base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &self.ca.pem),
             ),
         )
         .expect("kubeconfig");
@@ -356,6 +405,61 @@ async fn kubectl_auth_can_i_whoami_and_forbidden_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_name_users_by_subject() {
+    let c = cluster().await;
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("kubeforge-access-x509-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("dir");
+    let carol = c.kubeconfig_cert(&dir.0, "carol", &c.ca.client("carol", &["devs"]));
+    let out = kubectl(&carol, &["auth", "whoami"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let who = text(&out.stdout);
+    let rows: Vec<Vec<&str>> = who
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(rows.contains(&vec!["Username", "carol"]), "{who}");
+    // (Several O values are several groups: kubeforge-authz's x509 tests.)
+    assert!(
+        rows.contains(&vec!["Groups", "[devs", "system:authenticated]"]),
+        "{who}"
+    );
+    assert!(
+        who.lines().any(
+            |l| l.starts_with("Extra: authentication.kubernetes.io/credential-id")
+                && l.contains("[X509SHA256=")
+        ),
+        "{who}"
+    );
+    let out = kubectl(&carol, &["get", "pods"]);
+    assert!(
+        text(&out.stderr)
+            .contains(r#"pods is forbidden: User "carol" cannot list resource "pods""#),
+        "{}",
+        text(&out.stderr)
+    );
+    // A certificate in system:masters is an administrator.
+    let root = c.kubeconfig_cert(&dir.0, "root", &c.ca.client("root", &["system:masters"]));
+    let out = kubectl(&root, &["get", "pods", "-A"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // A certificate from another CA is a 401, not a failed handshake.
+    let rogue = Ca::new("rogue CA");
+    let mallory = c.kubeconfig_cert(
+        &dir.0,
+        "mallory",
+        &rogue.client("admin", &["system:masters"]),
+    );
+    let out = kubectl(&mallory, &["get", "pods"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("error: You must be logged in to the server"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn impersonation_needs_the_impersonate_verb() {
     let c = cluster().await;
     let dir =
@@ -583,4 +687,145 @@ async fn nobody_grants_what_they_do_not_hold() {
             .expect_err("not elsewhere"),
     );
     assert_eq!(e.code, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_account_tokens_from_kubectl_create_token() {
+    let c = cluster().await;
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("kubeforge-access-sa-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("dir");
+    let admin = c.kubeconfig(&dir.0, Some("admin-token"));
+    let ok = |cfg: &Path, args: &[&str]| {
+        let out = kubectl(cfg, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    ok(&admin, &["create", "serviceaccount", "bot"]);
+    let out = kubectl(&admin, &["create", "token", "bot", "--duration=5m"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("may not specify a duration less than 10 minutes"),
+        "{}",
+        text(&out.stderr)
+    );
+    let token = ok(&admin, &["create", "token", "bot"]).trim().to_string();
+    assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
+    let bot = c.kubeconfig_for(&dir.0, "bot", &format!("{{token: {token}}}"));
+
+    let who = ok(&bot, &["auth", "whoami"]);
+    let rows: Vec<Vec<&str>> = who
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(
+        rows.contains(&vec!["Username", "system:serviceaccount:default:bot"]),
+        "{who}"
+    );
+    assert!(
+        rows.contains(&vec![
+            "Groups",
+            "[system:serviceaccounts",
+            "system:serviceaccounts:default",
+            "system:authenticated]"
+        ]),
+        "{who}"
+    );
+    assert!(who.contains("[JTI="), "{who}");
+
+    let out = kubectl(&bot, &["get", "configmaps"]);
+    assert!(
+        text(&out.stderr).contains(r#"configmaps is forbidden: User "system:serviceaccount:default:bot" cannot list resource "configmaps" in API group "" in the namespace "default""#),
+        "{}",
+        text(&out.stderr)
+    );
+    ok(
+        &admin,
+        &[
+            "create",
+            "role",
+            "cm-reader",
+            "--verb=get,list",
+            "--resource=configmaps",
+        ],
+    );
+    ok(
+        &admin,
+        &[
+            "create",
+            "rolebinding",
+            "bot-reads",
+            "--role=cm-reader",
+            "--serviceaccount=default:bot",
+        ],
+    );
+    ok(&bot, &["get", "configmaps"]);
+    assert_eq!(
+        ok(&bot, &["auth", "can-i", "list", "configmaps"]).trim(),
+        "yes"
+    );
+    assert_eq!(
+        kubectl(&bot, &["auth", "can-i", "delete", "configmaps"])
+            .status
+            .code(),
+        Some(1)
+    );
+
+    // kube-rs with the token, as in-cluster config would use it.
+    let mut config = Config::new(c.url.parse().expect("url"));
+    config.auth_info.token = Some(token.clone().into());
+    let rs = Client::try_from(config).expect("client");
+    Api::<ConfigMap>::namespaced(rs.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("kube-rs lists with the token");
+
+    // TokenReview, as a webhook or aggregated server would ask.
+    let admin_rs = c.client(Some("admin-token"));
+    let review = |t: &str| {
+        let body = serde_json::to_vec(&json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": t}})).expect("json");
+        http::Request::post("/apis/authentication.k8s.io/v1/tokenreviews")
+            .header("content-type", "application/json")
+            .body(body)
+            .expect("request")
+    };
+    let r: serde_json::Value = admin_rs.request(review(&token)).await.expect("review");
+    assert_eq!(r["status"]["authenticated"], true, "{r}");
+    assert_eq!(
+        r["status"]["user"]["username"],
+        "system:serviceaccount:default:bot"
+    );
+    assert_eq!(
+        r["status"]["audiences"],
+        json!(["https://kubernetes.default.svc.cluster.local"])
+    );
+    let r: serde_json::Value = admin_rs
+        .request(review("forged.token.value"))
+        .await
+        .expect("review");
+    assert!(
+        r["status"].get("authenticated").is_none_or(|a| a == false),
+        "{r}"
+    );
+    assert!(
+        r["status"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("invalid bearer token")),
+        "{r}"
+    );
+
+    // Deleting the ServiceAccount revokes its tokens.
+    ok(&admin, &["delete", "serviceaccount", "bot"]);
+    let e = api_error(
+        Api::<ConfigMap>::namespaced(rs, "default")
+            .list(&ListParams::default())
+            .await
+            .expect_err("revoked"),
+    );
+    assert_eq!((e.code, e.message.as_str()), (401, "Unauthorized"));
+    let r: serde_json::Value = admin_rs.request(review(&token)).await.expect("review");
+    assert_eq!(
+        r["status"]["error"], "[invalid bearer token, service account token has been invalidated]",
+        "{r}"
+    );
 }

@@ -49,8 +49,10 @@
 pub mod attributes;
 pub mod decision;
 pub mod rbac;
+pub mod satoken;
 pub mod tokenfile;
 pub mod user;
+pub mod x509;
 
 pub use attributes::Attributes;
 pub use decision::{Authorizer, Decision, Union};

@@ -70,7 +70,13 @@ impl Up {
         let bin =
             std::env::var("KF_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kubeforge").into());
         let mut child = Command::new(bin)
-            .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "up",
+                "--insecure-http",
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(&dir)
             .args(args)
             .stdout(Stdio::piped())

@@ -123,7 +123,13 @@ fn main() {
         std::env::temp_dir().join(format!("kubeforge-discovery-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut child = Command::new(env!("CARGO_BIN_EXE_kubeforge"))
-        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "up",
+            "--insecure-http",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(dir.join("state"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

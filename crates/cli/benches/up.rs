@@ -31,7 +31,13 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
         let t = Instant::now();
         let mut child = Command::new(env!("CARGO_BIN_EXE_kubeforge"))
-            .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "up",
+                "--insecure-http",
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(&dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

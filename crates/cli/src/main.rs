@@ -9,6 +9,7 @@
 mod cluster;
 mod kubeclient;
 mod operator;
+mod pki;
 mod scheduler;
 mod webhook;
 
@@ -92,6 +93,17 @@ struct ServeArgs {
     /// Seconds between compactions (kube-apiserver compacts every 300).
     #[arg(long, default_value_t = 300)]
     compaction_interval: u64,
+    /// Serve plain HTTP with no authentication, every client an
+    /// administrator (the first wave's behaviour, for tools that cannot do
+    /// TLS). Only on a loopback address. The default is HTTPS: a cluster CA,
+    /// a serving certificate and an administrator's client certificate
+    /// under `<data-dir>/pki/`, written into the kubeconfig, with RBAC on.
+    #[arg(long)]
+    insecure_http: bool,
+    /// Static bearer tokens besides client certificates (kube-apiserver's
+    /// `--token-auth-file`): CSV lines `token,user,uid[,"group1,group2"]`.
+    #[arg(long, value_name = "FILE")]
+    token_auth_file: Option<PathBuf>,
     /// Where the API server reaches admission webhooks configured with
     /// `clientConfig.service` (there is no service network here):
     /// `NAMESPACE/NAME[:PORT]=HOST:PORT`, the service port defaulting to
@@ -170,6 +182,18 @@ fn main() -> Result<()> {
 }
 
 async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result<()> {
+    if args.insecure_http && !args.listen.ip().is_loopback() {
+        use clap::CommandFactory;
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "refusing to serve plain HTTP without authentication on {}: anyone who reaches it would be an administrator. Drop --insecure-http (HTTPS with client certificates is the default) or listen on a loopback address",
+                    args.listen
+                ),
+            )
+            .exit();
+    }
     let up = cluster.is_some();
     let started = Instant::now();
     std::fs::create_dir_all(&args.data_dir).with_context(|| {
@@ -207,7 +231,43 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     let addr = listener
         .local_addr()
         .context("reading the listener address")?;
-    let kubeconfig = write_kubeconfig(&args.data_dir, addr)?;
+    let (kubeconfig, tls) = if args.insecure_http {
+        eprintln!(
+            "warning: serving plain HTTP without authentication on {addr}: every local client is an administrator (drop --insecure-http for HTTPS with client certificates)"
+        );
+        (write_kubeconfig(&args.data_dir, addr)?, None)
+    } else {
+        let pki = pki::load_or_create(&args.data_dir, addr)?;
+        let tokens = match &args.token_auth_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading the token file {}", path.display()))?;
+                kubeforge_apiserver::TokenFile::parse(&text)
+                    .with_context(|| format!("reading the token file {}", path.display()))?
+            }
+            None => kubeforge_apiserver::TokenFile::default(),
+        };
+        let auth = kubeforge_apiserver::Authentication::new(tokens)
+            .with_client_ca(&pki.ca)
+            .context("loading the cluster CA")?;
+        server.set_authentication(Some(auth));
+        server.enable_rbac(true);
+        let sa_key = pki::service_account_key(&args.data_dir)?;
+        server.set_token_issuer(
+            kubeforge_apiserver::TokenIssuer::from_pkcs8(
+                kubeforge_apiserver::SERVICE_ACCOUNT_ISSUER,
+                &sa_key,
+            )
+            .context("loading the service account signing key")?,
+        );
+        let config = tls_config(&pki.serving)?;
+        let text =
+            kubeforge_apiserver::kubeconfig_tls_yaml(addr, &pki.ca, &pki.admin.0, &pki.admin.1);
+        (
+            write_private_kubeconfig(&args.data_dir, &text)?,
+            Some(config),
+        )
+    };
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -233,13 +293,17 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
             args.history_window,
         );
     }
-    let serving = tokio::spawn(server.serve(listener, shutdown));
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let serving = match tls {
+        Some(config) => tokio::spawn(server.serve_tls(listener, config, shutdown)),
+        None => tokio::spawn(server.serve(listener, shutdown)),
+    };
     let what = if up { "control plane" } else { "API server" };
     println!(
         "kubeforge {what} ready in {} ms",
         started.elapsed().as_millis()
     );
-    println!("  API server: http://{addr}");
+    println!("  API server: {scheme}://{addr}");
     if controllers.is_some() {
         println!("  controllers: {}", kubeforge_controllers::BUILTIN_NAMES);
     }
@@ -280,6 +344,25 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     store.close().await;
     println!("kubeforge stopped");
     Ok(())
+}
+
+/// The rustls configuration for the serving pair (PEM).
+fn tls_config((cert, key): &(String, String)) -> Result<std::sync::Arc<rustls::ServerConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .context("reading the serving certificate")?;
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).context("reading the serving key")?;
+    kubeforge_apiserver::tls::server_config(chain, key).context("loading the serving certificate")
+}
+
+/// Write the kubeconfig (it holds the administrator's key) owner-only.
+fn write_private_kubeconfig(dir: &Path, text: &str) -> Result<PathBuf> {
+    let path =
+        std::path::absolute(dir.join("kubeconfig")).context("resolving the kubeconfig path")?;
+    pki::write_private(&path, text)?;
+    Ok(path)
 }
 
 fn write_kubeconfig(dir: &Path, addr: SocketAddr) -> Result<PathBuf> {

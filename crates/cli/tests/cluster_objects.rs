@@ -17,9 +17,14 @@ use kube::discovery::{ApiResource, Discovery, Scope};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::{Value, json};
 
-fn client(c: &Cluster) -> kube::Client {
-    let url = c.url.parse().expect("cluster URL");
-    kube::Client::try_from(kube::Config::new(url)).expect("kube-rs client")
+/// A kube-rs client from the kubeconfig `kubeforge up` wrote (HTTPS with
+/// the administrator's client certificate), as a user would make one.
+async fn client(c: &Cluster) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(&c.kubeconfig).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kube-rs config");
+    kube::Client::try_from(config).expect("kube-rs client")
 }
 
 fn port(c: &Cluster) -> i32 {
@@ -110,7 +115,7 @@ fn aggregated_discovery_lists_what_legacy_discovery_lists() {
         ],
     );
     runtime().block_on(async {
-        let client = client(&c);
+        let client = client(&c).await;
         let legacy = Discovery::new(client.clone()).run().await.expect("legacy");
         let aggregated = Discovery::new(client.clone())
             .run_aggregated()
@@ -201,7 +206,10 @@ fn logged_gets(stderr: &str) -> Vec<String> {
 fn kubectl_api_resources_with_a_cold_cache_uses_two_requests() {
     let c = Cluster::start(&[]);
     let expected = runtime().block_on(async {
-        let legacy = Discovery::new(client(&c)).run().await.expect("legacy");
+        let legacy = Discovery::new(client(&c).await)
+            .run()
+            .await
+            .expect("legacy");
         kubectl_names(&legacy)
     });
     for minor in [27, 33] {
@@ -255,7 +263,7 @@ fn the_kubernetes_service_points_at_the_api_server() {
         "{table}"
     );
     runtime().block_on(async {
-        let client = client(&c);
+        let client = client(&c).await;
         // The endpoints follow the listen address once the server listens.
         let eps: Api<Endpoints> = Api::namespaced(client.clone(), "default");
         eventually(
@@ -410,7 +418,7 @@ fn apiservices_follow_the_served_group_versions() {
     apply_crontab_crd(&c, &kubectl);
     runtime().block_on(async {
         let api: Api<DynamicObject> = Api::all_with(
-            client(&c),
+            client(&c).await,
             &ApiResource::from_gvk_with_plural(
                 &GroupVersionKind::gvk("apiregistration.k8s.io", "v1", "APIService"),
                 "apiservices",
@@ -525,7 +533,7 @@ fn kubectl_certificate_approve_and_deny() {
 
     runtime().block_on(async {
         let api: Api<DynamicObject> = Api::all_with(
-            client(&c),
+            client(&c).await,
             &ApiResource::from_gvk_with_plural(
                 &GroupVersionKind::gvk("certificates.k8s.io", "v1", "CertificateSigningRequest"),
                 "certificatesigningrequests",

@@ -1,0 +1,376 @@
+//! ServiceAccount tokens in the server: the TokenRequest subresource
+//! (`POST …/serviceaccounts/{name}/token`, what `kubectl create token`
+//! calls), TokenReview's check, and the bearer-token authenticator's
+//! lookups — kube's `pkg/registry/core/serviceaccount/storage/token.go` and
+//! the validation half of `pkg/serviceaccount/claims.go`.
+//!
+//! A token names its ServiceAccount (and bound Pod, Secret or Node) by name
+//! and UID. It stops authenticating when that ServiceAccount is gone or
+//! recreated, or when its bound object is gone or was deleted more than 60
+//! s ago: "service account token has been invalidated".
+
+use http::{Response, StatusCode};
+use kubeforge_authz::UserInfo;
+use kubeforge_authz::satoken::{Claims, KubernetesClaims, ObjectRef, TokenError};
+use serde_json::{Value, json};
+
+use crate::body::ApiBody;
+use crate::codec::{self, BodyType};
+use crate::context::Ctx;
+use crate::error::{ApiError, ApiResult, Cause};
+use crate::server::ApiServer;
+
+/// kube's default `--service-account-issuer` for kubeadm clusters.
+pub const DEFAULT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// kube's default and bounds for `spec.expirationSeconds`.
+const DEFAULT_EXPIRATION: i64 = 3600;
+const MIN_EXPIRATION: i64 = 600;
+const MAX_EXPIRATION: i64 = 1 << 32;
+
+fn stored(server: &ApiServer, plural: &str, ns: Option<&str>, name: &str) -> Option<Value> {
+    let def = server.registry().get("", "v1", plural)?;
+    let kv = server.store().get(&def.key(ns, name))?;
+    serde_json::from_slice(&kv.value).ok()
+}
+
+fn uid(v: &Value) -> &str {
+    v.pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn invalid(ctx: &Ctx<'_>, field: &str, message: String) -> ApiError {
+    ApiError::invalid(
+        "authentication.k8s.io",
+        "TokenRequest",
+        ctx.name.as_deref().unwrap_or_default(),
+        vec![Cause {
+            reason: "FieldValueInvalid".into(),
+            message,
+            field: field.into(),
+        }],
+    )
+}
+
+/// `POST serviceaccounts/{name}/token`.
+pub(crate) async fn create(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response<ApiBody>> {
+    let ty = match codec::body_type(&ctx.headers)? {
+        t @ (BodyType::Yaml | BodyType::Protobuf) => t,
+        _ => BodyType::Json,
+    };
+    let mut req = codec::decode(body, ty)?;
+    if !req.is_object() {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
+    match req.get("kind").and_then(Value::as_str) {
+        None | Some("" | "TokenRequest") => {}
+        Some(k) => {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind (TokenRequest)"
+            )));
+        }
+    }
+    let ns = ctx.ns.clone().unwrap_or_default();
+    let name = ctx.path_name()?.to_string();
+    let server = ctx.server;
+    let Some(issuer) = server.inner.access.token_issuer() else {
+        return Err(ApiError::internal(
+            "no service account token issuer is configured",
+        ));
+    };
+    let sa = stored(server, "serviceaccounts", Some(&ns), &name).ok_or_else(|| {
+        ApiError::not_found(
+            crate::error::GroupResource {
+                group: "",
+                resource: "serviceaccounts",
+            },
+            &name,
+        )
+    })?;
+    // Go clients send `"expirationSeconds":null,"boundObjectRef":null`.
+    let spec = req.get("spec").cloned().unwrap_or(Value::Null);
+    let seconds = match spec.get("expirationSeconds") {
+        None | Some(Value::Null) => DEFAULT_EXPIRATION,
+        Some(v) => v.as_i64().ok_or_else(|| {
+            invalid(
+                ctx,
+                "spec.expirationSeconds",
+                format!("Invalid value: {v}: must be an integer"),
+            )
+        })?,
+    };
+    if seconds < MIN_EXPIRATION {
+        return Err(invalid(
+            ctx,
+            "spec.expirationSeconds",
+            format!("Invalid value: {seconds}: may not specify a duration less than 10 minutes"),
+        ));
+    }
+    if seconds > MAX_EXPIRATION {
+        return Err(invalid(
+            ctx,
+            "spec.expirationSeconds",
+            format!(
+                "Invalid value: {seconds}: may not specify a duration larger than 2^32 seconds"
+            ),
+        ));
+    }
+    let audiences: Vec<String> = spec
+        .get("audiences")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .filter(|a: &Vec<String>| !a.is_empty())
+        .unwrap_or_else(|| issuer.api_audiences().to_vec());
+
+    let mut private = KubernetesClaims {
+        namespace: ns.clone(),
+        serviceaccount: ObjectRef {
+            name: name.clone(),
+            uid: uid(&sa).to_string(),
+        },
+        ..KubernetesClaims::default()
+    };
+    if let Some(bound) = spec.get("boundObjectRef").filter(|b| !b.is_null()) {
+        let kind = bound
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let bname = bound
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let buid = bound.get("uid").and_then(Value::as_str).unwrap_or_default();
+        let (plural, scoped) = match kind {
+            "Pod" => ("pods", true),
+            "Secret" => ("secrets", true),
+            "Node" => ("nodes", false),
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "cannot bind token for object of type {other:?}"
+                )));
+            }
+        };
+        let obj =
+            stored(server, plural, scoped.then_some(ns.as_str()), bname).ok_or_else(|| {
+                ApiError::not_found(
+                    crate::error::GroupResource {
+                        group: "",
+                        resource: plural,
+                    },
+                    bname,
+                )
+            })?;
+        if !buid.is_empty() && buid != uid(&obj) {
+            return Err(ApiError::conflict(
+                crate::error::GroupResource {
+                    group: "",
+                    resource: plural,
+                },
+                bname,
+                &format!(
+                    "the UID in the bound object reference ({buid}) does not match the UID in record. The object might have been deleted and then recreated"
+                ),
+            ));
+        }
+        let r = ObjectRef {
+            name: bname.to_string(),
+            uid: uid(&obj).to_string(),
+        };
+        match kind {
+            "Pod" => {
+                let sa_of_pod = obj
+                    .pointer("/spec/serviceAccountName")
+                    .and_then(Value::as_str)
+                    .unwrap_or("default");
+                if sa_of_pod != name {
+                    return Err(ApiError::bad_request(format!(
+                        "cannot issue token for service account {name:?}: pod {bname:?} runs as {sa_of_pod:?}"
+                    )));
+                }
+                if let Some(node) = obj.pointer("/spec/nodeName").and_then(Value::as_str)
+                    && let Some(n) = stored(server, "nodes", None, node)
+                {
+                    private.node = Some(ObjectRef {
+                        name: node.to_string(),
+                        uid: uid(&n).to_string(),
+                    });
+                }
+                private.pod = Some(r);
+            }
+            "Secret" => private.secret = Some(r),
+            _ => private.node = Some(r),
+        }
+    }
+    let now = jiff::Timestamp::now();
+    let iat = now.as_second();
+    let claims = Claims {
+        iss: issuer.issuer().to_string(),
+        sub: kubeforge_authz::user::service_account_username(&ns, &name),
+        aud: audiences.clone(),
+        exp: iat.saturating_add(seconds),
+        iat,
+        nbf: iat,
+        jti: uuid::Uuid::new_v4().to_string(),
+        kubernetes: private,
+    };
+    let token = issuer
+        .sign(&claims)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let expires = jiff::Timestamp::from_second(claims.exp)
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    let mut spec = if spec.is_object() { spec } else { json!({}) };
+    spec["expirationSeconds"] = json!(seconds);
+    spec["audiences"] = json!(audiences);
+    if spec.get("boundObjectRef").is_some_and(Value::is_null) {
+        spec.as_object_mut().map(|m| m.remove("boundObjectRef"));
+    }
+    req["apiVersion"] = json!("authentication.k8s.io/v1");
+    req["kind"] = json!("TokenRequest");
+    req["metadata"] = json!({"name": name, "namespace": ns, "creationTimestamp": now.to_string()});
+    req["spec"] = spec;
+    req["status"] = json!({"token": token, "expirationTimestamp": expires});
+    Ok(codec::respond_value(StatusCode::CREATED, &req))
+}
+
+/// Why a ServiceAccount token does not (or no longer does) authenticate.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Rejected {
+    /// Signature, time, audience.
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    /// The ServiceAccount or its bound object is gone or recreated.
+    #[error("service account token has been invalidated")]
+    Invalidated,
+    /// The ServiceAccount was recreated.
+    #[error("service account UID ({stored}) does not match claim ({claimed})")]
+    Uid {
+        /// The stored ServiceAccount's.
+        stored: String,
+        /// The token's.
+        claimed: String,
+    },
+}
+
+/// Whether the bound object `r` of kind `plural` still stands (or was
+/// deleted less than 60 s ago).
+fn still_bound(server: &ApiServer, plural: &str, ns: Option<&str>, r: &ObjectRef) -> bool {
+    let Some(obj) = stored(server, plural, ns, &r.name) else {
+        return false;
+    };
+    if uid(&obj) != r.uid {
+        return false;
+    }
+    match obj
+        .pointer("/metadata/deletionTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    {
+        Some(at) => jiff::Timestamp::now().as_second() - at.as_second() <= 60,
+        None => true,
+    }
+}
+
+/// The user a ServiceAccount token authenticates for `audiences` (the
+/// API's when empty).
+pub(crate) fn authenticate(
+    server: &ApiServer,
+    token: &str,
+    audiences: &[String],
+) -> Result<(UserInfo, Vec<String>), Rejected> {
+    let issuer = server
+        .inner
+        .access
+        .token_issuer()
+        .ok_or(Rejected::Token(TokenError::OtherIssuer))?;
+    let claims = issuer.verify(token, audiences)?;
+    let k = &claims.kubernetes;
+    let sa = stored(
+        server,
+        "serviceaccounts",
+        Some(&k.namespace),
+        &k.serviceaccount.name,
+    )
+    .ok_or(Rejected::Invalidated)?;
+    if uid(&sa) != k.serviceaccount.uid {
+        return Err(Rejected::Uid {
+            stored: uid(&sa).to_string(),
+            claimed: k.serviceaccount.uid.clone(),
+        });
+    }
+    let ns = Some(k.namespace.as_str());
+    if let Some(p) = &k.pod
+        && !still_bound(server, "pods", ns, p)
+    {
+        return Err(Rejected::Invalidated);
+    }
+    if let Some(s) = &k.secret
+        && !still_bound(server, "secrets", ns, s)
+    {
+        return Err(Rejected::Invalidated);
+    }
+    if k.pod.is_none()
+        && let Some(n) = &k.node
+        && !still_bound(server, "nodes", None, n)
+    {
+        return Err(Rejected::Invalidated);
+    }
+    let target = if audiences.is_empty() {
+        issuer.api_audiences().to_vec()
+    } else {
+        audiences.to_vec()
+    };
+    let matched: Vec<String> = claims
+        .aud
+        .iter()
+        .filter(|a| target.contains(a))
+        .cloned()
+        .collect();
+    Ok((claims.user(), matched))
+}
+
+/// TokenReview's status for `spec`.
+pub(crate) fn review(server: &ApiServer, spec: &Value) -> ApiResult<Value> {
+    let token = spec
+        .get("token")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if token.is_empty() {
+        return Err(ApiError::bad_request(
+            "token is required for TokenReview in authentication",
+        ));
+    }
+    let audiences: Vec<String> = spec
+        .get("audiences")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    // Static tokens authenticate for the API audiences too.
+    if let Some(auth) = server.inner.access.authentication()
+        && let Some(user) = auth.static_token(token)
+    {
+        return Ok(
+            json!({"authenticated": true, "user": crate::reviews::user_info(user),
+            "audiences": if audiences.is_empty() { json!(null) } else { json!(audiences) }}),
+        );
+    }
+    Ok(match authenticate(server, token, &audiences) {
+        Ok((user, matched)) => {
+            json!({"authenticated": true, "user": crate::reviews::user_info(&user), "audiences": matched})
+        }
+        Err(e) => json!({"user": {}, "error": format!("[invalid bearer token, {e}]")}),
+    })
+}
