@@ -140,8 +140,43 @@ def main(kubeconfig):
         raise AssertionError("deleted ConfigMap still readable")
     except ApiException as e:
         assert e.status == 404, e.status
+    service_account_token(core)
     core.delete_namespace("py")
     print("python client: all checks passed")
+
+
+def service_account_token(core):
+    """A ServiceAccount token from the TokenRequest API authenticates a
+    second client, which RBAC then limits (what in-cluster config does)."""
+    core.create_namespaced_service_account("py", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="bot")))
+    req = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))
+    token = core.create_namespaced_service_account_token("bot", "py", req).status.token
+    admin = client.Configuration.get_default_copy()
+    bot_conf = client.Configuration(host=admin.host)
+    bot_conf.ssl_ca_cert = admin.ssl_ca_cert
+    bot_conf.api_key = {"authorization": "Bearer " + token}
+    bot = client.CoreV1Api(client.ApiClient(bot_conf))
+    try:
+        bot.list_namespaced_config_map("py")
+        raise AssertionError("the bot listed ConfigMaps without a role")
+    except ApiException as e:
+        assert e.status == 403, (e.status, e.body)
+        assert 'User \\"system:serviceaccount:py:bot\\" cannot list resource \\"configmaps\\"' in e.body, e.body
+    rbac = client.RbacAuthorizationV1Api()
+    rbac.create_namespaced_role("py", client.V1Role(
+        metadata=client.V1ObjectMeta(name="cm-reader"),
+        rules=[client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["list"])]))
+    rbac.create_namespaced_role_binding("py", client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name="bot-reads"),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="cm-reader"),
+        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="bot", namespace="py")]))
+    core.create_namespaced_config_map("py", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="for-bot")))
+    names = [c.metadata.name for c in bot.list_namespaced_config_map("py").items]
+    assert "for-bot" in names, names
+    review = client.AuthenticationV1Api().create_token_review(
+        client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token)))
+    assert review.status.authenticated, review.status
+    assert review.status.user.username == "system:serviceaccount:py:bot", review.status.user
 
 
 if __name__ == "__main__":
