@@ -1,7 +1,9 @@
 //! The official Python client (`kubernetes` package) against `kubeforge up`:
 //! CRUD, strategic merge patch, scale, watch, a PodDisruptionBudget refusing
 //! an eviction, ReplicationControllers, CRDs and custom objects, the
-//! dynamic client. The test fails when python3 or the package is missing.
+//! dynamic client, a ServiceAccount token from the TokenRequest API limited
+//! by RBAC, TokenReview. The test fails when python3 or the package is
+//! missing.
 
 mod common;
 
