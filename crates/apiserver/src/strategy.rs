@@ -416,6 +416,11 @@ pub async fn before_delete(ctx: &Ctx<'_>, obj: &Value) -> ApiResult<()> {
             .into_iter()
             .map(|kv| kv.key.to_string())
             .collect();
+        // Deleting RBAC objects here must reach the authorizer too, or a
+        // namespace recreated under the same name would keep its bindings.
+        if !keys.is_empty() {
+            crate::authz::changed(ctx.server, &def);
+        }
         for key in keys {
             if let Some(kv) = store.get(&key) {
                 let mut last: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);

@@ -829,3 +829,40 @@ async fn service_account_tokens_from_kubectl_create_token() {
         "{r}"
     );
 }
+
+/// A namespace deleted without a namespace controller takes its
+/// RoleBindings with it at once; recreated under the same name, it grants
+/// nothing.
+#[tokio::test]
+async fn bindings_go_with_their_namespace() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let c = cluster().await;
+    let admin = c.client(Some("admin-token"));
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let ns: Namespace = rbac(json!({"metadata": {"name": "team"}}));
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    Api::<RoleBinding>::namespaced(admin.clone(), "team")
+        .create(&PostParams::default(), &rbac(json!({
+            "metadata": {"name": "bob-admin"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "User", "name": "bob"}]})))
+        .await
+        .expect("binding");
+    let bob: Api<ConfigMap> = Api::namespaced(c.client(Some("bob-token")), "team");
+    bob.list(&ListParams::default())
+        .await
+        .expect("bob is admin in team");
+    namespaces
+        .delete("team", &DeleteParams::default())
+        .await
+        .expect("delete namespace");
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("recreate namespace");
+    let e = api_error(bob.list(&ListParams::default()).await.expect_err("403"));
+    assert_eq!(e.code, 403, "{}", e.message);
+}
