@@ -5,7 +5,8 @@
 //! - A Role or ClusterRole write passes for `system:masters`, for a user
 //!   allowed `escalate` on it, when only GC fields change, or when the
 //!   writer's own rules (cluster-wide plus the role's namespace) cover every
-//!   rule it grants. Setting an `aggregationRule` needs `system:masters`.
+//!   rule it grants. Setting an `aggregationRule` needs every permission
+//!   (or `escalate`).
 //! - A binding write passes for `system:masters`, for a user allowed `bind`
 //!   on the referenced role (in the binding's namespace, "" for a
 //!   ClusterRoleBinding), when only GC fields change, or when the writer
@@ -85,14 +86,6 @@ pub(crate) fn check(ctx: &Ctx<'_>, obj: &Value, old: Option<&Value>) -> ApiResul
     let server = ctx.server;
     match def.plural.as_str() {
         "roles" | "clusterroles" => {
-            let aggregation = obj.get("aggregationRule").filter(|a| !a.is_null());
-            let aggregation_changed =
-                aggregation.is_some() && old.and_then(|o| o.get("aggregationRule")) != aggregation;
-            if def.plural == "clusterroles" && aggregation_changed {
-                return Err(forbidden(
-                    "must have cluster-admin privileges to use the aggregationRule",
-                ));
-            }
             let escalate = Attributes::resource(
                 (**user).clone(),
                 "escalate",
@@ -107,7 +100,34 @@ pub(crate) fn check(ctx: &Ctx<'_>, obj: &Value, old: Option<&Value>) -> ApiResul
                 return Ok(());
             }
             let (held, errors) = access.rbac_authorizer(server).policy().rules_for(user, &ns);
-            confirm_no_escalation(user, &held, &errors, &rules_of(obj)).map_err(|m| forbidden(&m))
+            confirm_no_escalation(user, &held, &errors, &rules_of(obj))
+                .map_err(|m| forbidden(&m))?;
+            // An aggregationRule can gather anything: setting one needs
+            // every permission (kube's `fullAuthority`).
+            let aggregation = obj.get("aggregationRule").filter(|a| !a.is_null());
+            let aggregation_changed =
+                aggregation.is_some() && old.and_then(|o| o.get("aggregationRule")) != aggregation;
+            if def.plural == "clusterroles" && aggregation_changed {
+                let full = [
+                    Rule {
+                        verbs: vec!["*".into()],
+                        api_groups: vec!["*".into()],
+                        resources: vec!["*".into()],
+                        ..Rule::default()
+                    },
+                    Rule {
+                        verbs: vec!["*".into()],
+                        non_resource_urls: vec!["*".into()],
+                        ..Rule::default()
+                    },
+                ];
+                if confirm_no_escalation(user, &held, &errors, &full).is_err() {
+                    return Err(forbidden(
+                        "must have cluster-admin privileges to use the aggregationRule",
+                    ));
+                }
+            }
+            Ok(())
         }
         "rolebindings" | "clusterrolebindings" => {
             let kind = obj

@@ -866,3 +866,47 @@ async fn bindings_go_with_their_namespace() {
     let e = api_error(bob.list(&ListParams::default()).await.expect_err("403"));
     assert_eq!(e.code, 403, "{}", e.message);
 }
+
+#[tokio::test]
+async fn an_aggregation_rule_needs_every_permission() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let c = cluster().await;
+    let admin = c.client(Some("admin-token"));
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &rbac(json!({
+            "metadata": {"name": "role-writer"},
+            "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["create"]}]})))
+        .await
+        .expect("role");
+    Api::<ClusterRoleBinding>::all(admin)
+        .create(&PostParams::default(), &rbac(json!({
+            "metadata": {"name": "bob-writes-roles"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "role-writer"},
+            "subjects": [{"kind": "User", "name": "bob"}]})))
+        .await
+        .expect("binding");
+    let roles: Api<ClusterRole> = Api::all(c.client(Some("bob-token")));
+    let e = api_error(
+        roles
+            .create(
+                &PostParams::default(),
+                &rbac(json!({
+                "metadata": {"name": "gathers"},
+                "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"x": "y"}}]}})),
+            )
+            .await
+            .expect_err("403"),
+    );
+    assert_eq!(
+        e.message,
+        r#"clusterroles.rbac.authorization.k8s.io "gathers" is forbidden: must have cluster-admin privileges to use the aggregationRule"#
+    );
+    // Without one, a role granting nothing new is fine.
+    roles
+        .create(
+            &PostParams::default(),
+            &rbac(json!({"metadata": {"name": "plain"}, "rules": []})),
+        )
+        .await
+        .expect("plain role");
+}
