@@ -132,7 +132,8 @@ fn bearer(parts: &http::request::Parts) -> Option<&str> {
         .headers
         .get(http::header::AUTHORIZATION)?
         .to_str()
-        .ok()?;
+        .ok()?
+        .trim();
     let mut fields = value.splitn(3, ' ');
     let scheme = fields.next()?;
     let token = fields.next()?;
