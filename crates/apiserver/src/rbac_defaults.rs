@@ -1,7 +1,8 @@
 //! The RBAC objects kube-apiserver's `rbac/bootstrap-roles` hook creates
 //! that every client relies on: `cluster-admin` for `system:masters`,
 //! discovery and the self-reviews for every authenticated user, health and
-//! version for everyone. Made at start when missing, labelled and annotated
+//! version for everyone, the token issuer's OIDC documents for every
+//! ServiceAccount. Made at start when missing, labelled and annotated
 //! as kube's are (`kubernetes.io/bootstrapping=rbac-defaults`,
 //! `rbac.authorization.kubernetes.io/autoupdate: "true"`).
 
@@ -53,6 +54,13 @@ fn cluster_roles() -> Vec<(&'static str, Value)> {
             "system:public-info-viewer",
             json!([{"nonResourceURLs": public, "verbs": ["get"]}]),
         ),
+        (
+            "system:service-account-issuer-discovery",
+            json!([{"nonResourceURLs": [
+                "/.well-known/openid-configuration", "/.well-known/openid-configuration/",
+                "/openid/v1/jwks", "/openid/v1/jwks/"
+            ], "verbs": ["get"]}]),
+        ),
     ]
 }
 
@@ -73,6 +81,11 @@ const CLUSTER_ROLE_BINDINGS: &[(&str, &str, &[&str])] = &[
         "system:public-info-viewer",
         "system:public-info-viewer",
         &["system:authenticated", "system:unauthenticated"],
+    ),
+    (
+        "system:service-account-issuer-discovery",
+        "system:service-account-issuer-discovery",
+        &["system:serviceaccounts"],
     ),
 ];
 

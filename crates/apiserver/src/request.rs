@@ -33,6 +33,11 @@ pub enum Route {
         /// Version.
         version: String,
     },
+    /// `/.well-known/openid-configuration`: the ServiceAccount issuer's
+    /// OIDC discovery document.
+    OpenIdConfiguration,
+    /// `/openid/v1/jwks`: the keys ServiceAccount tokens are signed with.
+    Jwks,
     /// A resource path.
     Resource(ResourcePath),
     /// Anything else.
@@ -91,6 +96,8 @@ pub fn route(path: &str, is_namespaced: impl Fn(&str, &str, &str) -> bool) -> Ro
     match s.as_slice() {
         ["version"] => Route::Version,
         ["healthz" | "livez" | "readyz", ..] => Route::Health,
+        [".well-known", "openid-configuration"] => Route::OpenIdConfiguration,
+        ["openid", "v1", "jwks"] => Route::Jwks,
         ["api"] => Route::CoreVersions,
         ["apis"] => Route::Groups,
         ["apis", g] => Route::Group((*g).to_string()),

@@ -374,3 +374,46 @@ pub(crate) fn review(server: &ApiServer, spec: &Value) -> ApiResult<Value> {
         Err(e) => json!({"user": {}, "error": format!("[invalid bearer token, {e}]")}),
     })
 }
+
+/// `/.well-known/openid-configuration` and `/openid/v1/jwks` (kube's
+/// ServiceAccountIssuerDiscovery), so systems outside the cluster (Vault,
+/// cloud identity federation) can verify ServiceAccount tokens. Served
+/// only for an `https://` issuer, as kube does; readable by
+/// `system:serviceaccounts` (`system:service-account-issuer-discovery`).
+pub(crate) fn discovery(
+    server: &ApiServer,
+    route: &crate::request::Route,
+) -> ApiResult<Response<ApiBody>> {
+    let issuer = server
+        .inner
+        .access
+        .token_issuer()
+        .filter(|i| i.issuer().starts_with("https://"))
+        .ok_or_else(ApiError::no_route)?;
+    let (body, content_type) = match route {
+        crate::request::Route::Jwks => {
+            (json!({"keys": [issuer.jwk()]}), "application/jwk-set+json")
+        }
+        _ => (
+            json!({
+                "issuer": issuer.issuer(),
+                "jwks_uri": format!("{}/openid/v1/jwks", issuer.issuer()),
+                "response_types_supported": ["id_token"],
+                "subject_types_supported": ["public"],
+                "id_token_signing_alg_values_supported": ["ES256"],
+            }),
+            "application/json",
+        ),
+    };
+    let mut resp = codec::respond_value(StatusCode::OK, &body);
+    let headers = resp.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("public, max-age=3600"),
+    );
+    Ok(resp)
+}

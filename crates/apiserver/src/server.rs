@@ -278,6 +278,7 @@ impl ApiServer {
                 );
                 Ok(r)
             }
+            Route::OpenIdConfiguration | Route::Jwks => crate::satokens::discovery(self, &r),
             Route::CoreVersions => Ok(crate::aggregated::serve(self, &parts.headers, true)),
             Route::Groups => Ok(crate::aggregated::serve(self, &parts.headers, false)),
             Route::Group(g) => {

@@ -814,6 +814,65 @@ async fn service_account_tokens_from_kubectl_create_token() {
         "{r}"
     );
 
+    // The issuer's OIDC documents, readable by ServiceAccounts, verify the
+    // token outside the cluster.
+    let get = |path: &str| http::Request::get(path).body(Vec::new()).expect("request");
+    let oidc: serde_json::Value = rs
+        .request(get("/.well-known/openid-configuration"))
+        .await
+        .expect("openid-configuration");
+    assert_eq!(
+        oidc["issuer"],
+        "https://kubernetes.default.svc.cluster.local"
+    );
+    assert_eq!(
+        oidc["jwks_uri"],
+        "https://kubernetes.default.svc.cluster.local/openid/v1/jwks"
+    );
+    let jwks: serde_json::Value = rs.request(get("/openid/v1/jwks")).await.expect("jwks");
+    let key = &jwks["keys"][0];
+    assert_eq!(
+        (
+            key["kty"].as_str(),
+            key["alg"].as_str(),
+            key["use"].as_str()
+        ),
+        (Some("EC"), Some("ES256"), Some("sig"))
+    );
+    {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let parts: Vec<&str> = token.split('.').collect();
+        let header: serde_json::Value =
+            serde_json::from_slice(&b64.decode(parts[0]).expect("header")).expect("header json");
+        assert_eq!(
+            header["kid"], key["kid"],
+            "the token names the published key"
+        );
+        let mut point = vec![4u8];
+        point.extend(b64.decode(key["x"].as_str().expect("x")).expect("x"));
+        point.extend(b64.decode(key["y"].as_str().expect("y")).expect("y"));
+        ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, &point)
+            .verify(
+                format!("{}.{}", parts[0], parts[1]).as_bytes(),
+                &b64.decode(parts[2]).expect("signature"),
+            )
+            .expect("the published key verifies the token");
+    }
+    let e = api_error(
+        c.client(Some("bob-token"))
+            .request::<serde_json::Value>(get("/openid/v1/jwks"))
+            .await
+            .expect_err("not a ServiceAccount"),
+    );
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (
+            403,
+            r#"forbidden: User "bob" cannot get path "/openid/v1/jwks""#
+        )
+    );
+
     // Deleting the ServiceAccount revokes its tokens.
     ok(&admin, &["delete", "serviceaccount", "bot"]);
     let e = api_error(

@@ -212,6 +212,27 @@ impl TokenIssuer {
         &self.kid
     }
 
+    /// The public key as a JWK (`use: sig`, `alg: ES256`, the `kid` tokens
+    /// carry), for `/openid/v1/jwks`.
+    pub fn jwk(&self) -> serde_json::Value {
+        // The uncompressed point: 0x04 ‖ X (32 bytes) ‖ Y (32 bytes).
+        let point = ring::signature::EcdsaKeyPair::from_pkcs8(
+            &ECDSA_P256_SHA256_FIXED_SIGNING,
+            &self.pkcs8,
+            &ring::rand::SystemRandom::new(),
+        )
+        .map(|p| p.public_key().as_ref().to_vec())
+        .unwrap_or_default();
+        let (x, y) = match point.as_slice() {
+            [0x04, rest @ ..] if rest.len() == 64 => rest.split_at(32),
+            _ => (&[][..], &[][..]),
+        };
+        serde_json::json!({
+            "use": "sig", "kty": "EC", "kid": self.kid, "crv": "P-256", "alg": "ES256",
+            "x": URL_SAFE_NO_PAD.encode(x), "y": URL_SAFE_NO_PAD.encode(y),
+        })
+    }
+
     /// Sign `claims`.
     pub fn sign(&self, claims: &Claims) -> Result<String, TokenError> {
         let mut header = Header::new(Algorithm::ES256);
