@@ -346,3 +346,19 @@ fn job_for(cj: &CronJob, at: Timestamp) -> Job {
         status: None,
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_time_zones_are_known() {
+        // 09:00 in Berlin is 08:00 UTC in December (jiff reads the system's
+        // zoneinfo, with a bundled copy when it has none).
+        let (cron, tz) = parse("0 9 * * *", Some("Europe/Berlin")).unwrap();
+        let next = next_after(&cron, &tz, "2026-12-01T00:00:00Z".parse().unwrap()).unwrap();
+        assert_eq!(next.to_string(), "2026-12-01T08:00:00Z");
+        assert!(parse("0 9 * * *", Some("Mars/Olympus")).is_err());
+    }
+}
