@@ -43,6 +43,7 @@ pub mod fields;
 pub mod gofmt;
 pub mod labels;
 pub mod names;
+pub mod net;
 pub mod quantity;
 pub mod strategic;
 

@@ -34,7 +34,7 @@ impl Cause {
 
     /// A `FieldValueInvalid` cause whose bad value is already rendered
     /// (e.g. a number, or Go's `[]string{...}`).
-    fn invalid_rendered(field: &str, rendered: &str, detail: &str) -> Cause {
+    pub fn invalid_rendered(field: &str, rendered: &str, detail: &str) -> Cause {
         Cause {
             reason: "FieldValueInvalid".into(),
             message: with_detail(format!("Invalid value: {rendered}"), detail),

@@ -19,7 +19,8 @@ use std::sync::{Arc, RwLock};
 
 use http::Method;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kubeforge_authz::decision::PrivilegedGroups;
+use kubeforge_apimachinery::net::IpNet;
+use kubeforge_authz::access::AccessAuthorizer;
 use kubeforge_authz::rbac::{RbacAuthorizer, RbacPolicy};
 use kubeforge_authz::user::SYSTEM_MASTERS;
 use kubeforge_authz::{Attributes, Authorizer, Decision, UserInfo};
@@ -41,16 +42,43 @@ pub(crate) struct Access {
     pub rbac: AtomicBool,
     /// Signs and verifies ServiceAccount tokens.
     pub issuer: RwLock<Option<Arc<kubeforge_authz::satoken::TokenIssuer>>>,
-    /// Bumped after every committed RBAC write.
+    /// Proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: RwLock<Arc<[IpNet]>>,
+    /// Bumped after every committed RBAC or access-policy write.
     generation: AtomicU64,
+    /// One more than the generation the access policies' status was last
+    /// written for (0: never).
+    pub status_written: AtomicU64,
     /// The snapshot and the generation it was built at.
-    snapshot: RwLock<Option<(u64, RbacAuthorizer)>>,
+    snapshot: RwLock<Option<(u64, Snapshot)>>,
+}
+
+/// The policies decisions are made by, as of one generation.
+#[derive(Clone, Default)]
+pub(crate) struct Snapshot {
+    /// RBAC.
+    pub rbac: RbacAuthorizer,
+    /// kubeforge's AccessRoles and AccessBindings.
+    pub access: AccessAuthorizer,
 }
 
 impl Access {
     /// The authentication settings in force.
     pub fn authentication(&self) -> Option<Arc<crate::authn::Authentication>> {
         self.authentication
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The current generation of RBAC and access-policy objects.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The trusted proxies.
+    pub fn trusted_proxies(&self) -> Arc<[IpNet]> {
+        self.trusted_proxies
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -72,6 +100,11 @@ impl Access {
 
     /// The RBAC authorizer as of the last committed RBAC write.
     pub fn rbac_authorizer(&self, server: &ApiServer) -> RbacAuthorizer {
+        self.snapshot(server).rbac
+    }
+
+    /// The policies as of the last committed RBAC or access-policy write.
+    pub fn snapshot(&self, server: &ApiServer) -> Snapshot {
         let want = self.generation.load(Ordering::Acquire);
         if let Some((g, z)) = self
             .snapshot
@@ -91,21 +124,55 @@ impl Access {
         // `want` was read before the store is: a write committing while
         // this builds bumps the generation past it, and the next request
         // builds again.
-        let z = RbacAuthorizer::new(load_policy(server));
+        let rbac = load_policy(server);
+        let access = crate::access_policy::load(server, &rbac);
+        let z = Snapshot {
+            rbac: RbacAuthorizer::new(rbac),
+            access: AccessAuthorizer::new(access),
+        };
         *slot = Some((want, z.clone()));
         z
     }
 
-    /// Decide `a`: `system:masters` may do anything; then RBAC when on.
+    /// Decide `a`: `system:masters` may do anything; then, when RBAC is
+    /// on, kubeforge's policies (a Deny there refuses, an Allow allows),
+    /// then RBAC.
     pub fn decide(&self, server: &ApiServer, a: &Attributes) -> Decision {
-        let masters = PrivilegedGroups(vec![SYSTEM_MASTERS.to_string()]);
-        let first = masters.authorize(a);
-        if first.allowed() || !self.rbac_enabled() {
+        self.decide_explained(server, a, false)
+    }
+
+    /// [`Access::decide`]; with `explain`, a refusal's reason also says why
+    /// each kubeforge binding naming the user did not apply (what
+    /// SubjectAccessReviews and `kubeforge authz explain` show).
+    pub fn decide_explained(&self, server: &ApiServer, a: &Attributes, explain: bool) -> Decision {
+        if a.user.in_group(SYSTEM_MASTERS) || !self.rbac_enabled() {
             return Decision::Allow {
-                reason: first.reason().to_string(),
+                reason: String::new(),
             };
         }
-        self.rbac_authorizer(server).authorize(a)
+        let snap = self.snapshot(server);
+        let (first, skipped) = if explain {
+            let e = snap.access.explain(a, jiff::Timestamp::now());
+            (e.decision, e.skipped)
+        } else {
+            (snap.access.authorize(a), Vec::new())
+        };
+        if !matches!(first, Decision::NoOpinion { .. }) {
+            return first;
+        }
+        match snap.rbac.authorize(a) {
+            Decision::NoOpinion { reason } if !skipped.is_empty() => {
+                let mut lines: Vec<String> = Vec::new();
+                if !reason.is_empty() {
+                    lines.push(reason);
+                }
+                lines.extend(skipped);
+                Decision::NoOpinion {
+                    reason: lines.join("\n"),
+                }
+            }
+            d => d,
+        }
     }
 
     /// Allow `a` or answer kube's 403.
@@ -131,7 +198,7 @@ pub(crate) fn forbidden(a: &Attributes, reason: &str) -> ApiError {
 
 /// After a committed write to `def`: RBAC objects invalidate the snapshot.
 pub(crate) fn changed(server: &ApiServer, def: &ResourceDef) {
-    if def.group == RBAC_GROUP {
+    if def.group == RBAC_GROUP || def.group == kubeforge_authz::access::GROUP {
         server
             .inner
             .access
@@ -224,6 +291,31 @@ pub(crate) fn attributes(
         p.subresource.as_deref().unwrap_or_default(),
         &name,
     )
+}
+
+/// The address a network connection came from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClientAddr(pub std::net::IpAddr);
+
+/// The client's address: the connection's peer (in-process requests come
+/// from loopback), or, when the peer is a trusted proxy, the first address
+/// of `X-Forwarded-For` (kube's `utilnet.GetClientIP` reads the same
+/// header; here only trusted proxies may set it).
+pub(crate) fn client_address(parts: &http::request::Parts, trusted: &[IpNet]) -> std::net::IpAddr {
+    let peer = parts
+        .extensions
+        .get::<ClientAddr>()
+        .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), |c| c.0);
+    if !trusted.iter().any(|n| n.contains(peer)) {
+        return peer;
+    }
+    parts
+        .headers
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .and_then(|first| first.trim().parse().ok())
+        .unwrap_or(peer)
 }
 
 /// The user a request from the in-process transport acts as, shared.

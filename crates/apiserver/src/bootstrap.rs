@@ -126,11 +126,16 @@ async fn run(
 
 async fn reconcile(server: &ApiServer) -> ApiResult<()> {
     reconcile_kubernetes_service(server).await?;
-    reconcile_apiservices(server).await
+    reconcile_apiservices(server).await?;
+    if server.inner.access.rbac_enabled() {
+        crate::access_policy::ensure_crds(server).await?;
+        crate::access_policy::reconcile_status(server).await?;
+    }
+    Ok(())
 }
 
 /// A context for the server's own requests to one resource.
-fn ctx<'a>(
+pub(crate) fn ctx<'a>(
     server: &'a ApiServer,
     (group, version, plural): (&str, &str, &str),
     ns: Option<&str>,

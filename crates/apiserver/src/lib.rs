@@ -20,6 +20,7 @@
 //! # }
 //! ```
 
+mod access_policy;
 mod admission;
 mod aggregated;
 mod authn;

@@ -73,8 +73,21 @@ pub(crate) async fn serve(
         "subjectaccessreviews" | "localsubjectaccessreviews" => {
             let local = ctx.def.plural == "localsubjectaccessreviews";
             let subject = subject(ctx, &spec)?;
-            let a = access_attributes(ctx, &spec, subject, local)?;
-            access_status(&ctx.server.inner.access.decide(ctx.server, &a))
+            let mut a = access_attributes(ctx, &spec, subject, local)?;
+            a.source = spec
+                .pointer(&format!(
+                    "/extra/{}",
+                    kubeforge_authz::access::SOURCE_ADDRESS_EXTRA.replace('/', "~1")
+                ))
+                .and_then(|v| v.get(0))
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse().ok());
+            access_status(
+                &ctx.server
+                    .inner
+                    .access
+                    .decide_explained(ctx.server, &a, true),
+            )
         }
         "selfsubjectrulesreviews" => rules_status(ctx, &spec, user)?,
         "tokenreviews" => crate::satokens::review(ctx.server, &spec)?,
@@ -250,10 +263,10 @@ fn rules_status(ctx: &Ctx<'_>, spec: &Value, user: &UserInfo) -> ApiResult<Value
             "incomplete": false,
         }));
     }
-    let (rules, errors) = access
-        .rbac_authorizer(ctx.server)
-        .policy()
-        .rules_for(user, ns);
+    let snap = access.snapshot(ctx.server);
+    let (mut rules, errors) = snap.rbac.policy().rules_for(user, ns);
+    let (extra, incomplete) = snap.access.policy().unconditional_rules(user, ns);
+    rules.extend(extra);
     let mut resource_rules = Vec::new();
     let mut non_resource_rules = Vec::new();
     for r in rules {
@@ -273,7 +286,7 @@ fn rules_status(ctx: &Ctx<'_>, spec: &Value, user: &UserInfo) -> ApiResult<Value
     let mut s = json!({
         "resourceRules": resource_rules,
         "nonResourceRules": non_resource_rules,
-        "incomplete": false,
+        "incomplete": incomplete,
     });
     if !errors.is_empty() {
         s["evaluationError"] = json!(kubeforge_authz::rbac::aggregate(&errors));

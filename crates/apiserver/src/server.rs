@@ -251,6 +251,11 @@ impl ApiServer {
                 &r,
                 &query,
             );
+            let mut attrs = attrs;
+            attrs.source = Some(crate::authz::client_address(
+                &parts,
+                &access.trusted_proxies(),
+            ));
             access.authorize(self, &attrs)?;
         }
         if !matches!(r, Route::Resource(_))
@@ -340,16 +345,19 @@ impl ApiServer {
         }
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
-            let (stream, _) = tokio::select! {
+            let (stream, addr) = tokio::select! {
                 r = listener.accept() => r?,
                 () = &mut shutdown => return Ok(()),
             };
             let _ = stream.set_nodelay(true);
             let service = service.clone();
+            let client = crate::authz::ClientAddr(addr.ip());
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    tower::ServiceExt::oneshot(service.clone(), req)
-                });
+                let svc =
+                    hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                        req.extensions_mut().insert(client);
+                        tower::ServiceExt::oneshot(service.clone(), req)
+                    });
                 let io = hyper_util::rt::TokioIo::new(stream);
                 match hyper::server::conn::http1::Builder::new()
                     .keep_alive(true)
@@ -382,11 +390,12 @@ impl ApiServer {
         let service = self.service();
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
-            let (stream, _) = tokio::select! {
+            let (stream, addr) = tokio::select! {
                 r = listener.accept() => r?,
                 () = &mut shutdown => return Ok(()),
             };
             let _ = stream.set_nodelay(true);
+            let client = crate::authz::ClientAddr(addr.ip());
             let acceptor = acceptor.clone();
             let service = service.clone();
             tokio::spawn(async move {
@@ -408,6 +417,7 @@ impl ApiServer {
                         if let Some(p) = &peer {
                             req.extensions_mut().insert(p.clone());
                         }
+                        req.extensions_mut().insert(client);
                         tower::ServiceExt::oneshot(service.clone(), req)
                     });
                 let io = hyper_util::rt::TokioIo::new(tls);
@@ -502,12 +512,31 @@ impl ApiServer {
 
     /// Decide requests by RBAC (kube's `--authorization-mode=RBAC`):
     /// `system:masters` may do anything, everyone else what their Roles and
-    /// ClusterRoles grant. Off by default (every request allowed).
-    pub fn enable_rbac(&self, on: bool) {
+    /// ClusterRoles grant, with kubeforge's access policies
+    /// (`authz.kubeforge.dev` AccessRoles and AccessBindings, whose CRDs are
+    /// installed now and kept in place) decided first. Off by default
+    /// (every request allowed, and no policy CRDs).
+    pub async fn enable_rbac(&self, on: bool) -> Result<(), ApiError> {
         self.inner
             .access
             .rbac
             .store(on, std::sync::atomic::Ordering::Relaxed);
+        if on {
+            crate::access_policy::ensure_crds(self).await?;
+        }
+        Ok(())
+    }
+
+    /// Proxies (by network) whose `X-Forwarded-For` header names the
+    /// client address that kubeforge policies' `sourceCIDRs` check;
+    /// anyone else's header is ignored. None by default.
+    pub fn set_trusted_proxies(&self, proxies: Vec<kubeforge_apimachinery::net::IpNet>) {
+        *self
+            .inner
+            .access
+            .trusted_proxies
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = proxies.into();
     }
 }
 

@@ -145,6 +145,7 @@ pub fn validate(ctx: &Ctx<'_>, obj: &Value, causes: &mut Vec<Cause>) {
     if ctx.def.strategy == Strategy::Namespace {
         validate_namespace_finalizers(obj, causes);
     }
+    crate::access_policy::validate(ctx, obj, causes);
     if ctx.def.strategy == Strategy::Workload {
         validate_workload_selector(&ctx.def.kind, obj, causes);
     }

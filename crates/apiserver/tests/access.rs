@@ -93,7 +93,7 @@ async fn cluster() -> Cluster {
             .with_client_ca(&ca.pem)
             .expect("client CA"),
     ));
-    server.enable_rbac(true);
+    server.enable_rbac(true).await.expect("rbac");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -968,4 +968,130 @@ async fn an_aggregation_rule_needs_every_permission() {
         )
         .await
         .expect("plain role");
+}
+
+fn policy(kind: &str, plural: &str) -> kube::discovery::ApiResource {
+    kube::discovery::ApiResource {
+        group: "authz.kubeforge.dev".into(),
+        version: "v1alpha1".into(),
+        api_version: "authz.kubeforge.dev/v1alpha1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+fn dynamic(v: serde_json::Value) -> kube::api::DynamicObject {
+    serde_json::from_value(v).expect("policy object")
+}
+
+#[tokio::test]
+async fn access_policies_grant_nothing_their_writer_does_not_hold() {
+    let c = cluster().await;
+    let admin = c.client(Some("admin-token"));
+    let bob = c.client(Some("bob-token"));
+    // bob may write AccessRoles and AccessBindings in default.
+    Api::<Role>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &rbac(json!({
+            "metadata": {"name": "policy-writer"},
+            "rules": [{"apiGroups": ["authz.kubeforge.dev"],
+                       "resources": ["accessroles", "accessbindings"], "verbs": ["create", "update", "get"]},
+                      {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})))
+        .await
+        .expect("role");
+    Api::<RoleBinding>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &rbac(json!({
+            "metadata": {"name": "bob-writes-policy"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "policy-writer"},
+            "subjects": [{"kind": "User", "name": "bob"}]})))
+        .await
+        .expect("binding");
+    let ar = policy("AccessRole", "accessroles");
+    let roles: Api<kube::api::DynamicObject> = Api::namespaced_with(bob.clone(), "default", &ar);
+    // An AccessRole inheriting cluster-admin grants what bob lacks.
+    let e = api_error(
+        roles
+            .create(
+                &PostParams::default(),
+                &dynamic(json!({
+                "apiVersion": "authz.kubeforge.dev/v1alpha1", "kind": "AccessRole",
+                "metadata": {"name": "boss"},
+                "spec": {"parents": [{"kind": "ClusterRole", "name": "cluster-admin"}]}})),
+            )
+            .await
+            .expect_err("escalation through a parent"),
+    );
+    assert_eq!(e.code, 403);
+    assert!(
+        e.message.starts_with("accessroles.authz.kubeforge.dev \"boss\" is forbidden: user \"bob\" (groups=[\"devs\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"*\"], Resources:[\"*\"], Verbs:[\"*\"]}"),
+        "{}",
+        e.message
+    );
+    // What bob holds he may hand on, through a parent too.
+    roles
+        .create(
+            &PostParams::default(),
+            &dynamic(json!({
+            "apiVersion": "authz.kubeforge.dev/v1alpha1", "kind": "AccessRole",
+            "metadata": {"name": "pod-reader"},
+            "spec": {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}})),
+        )
+        .await
+        .expect("no escalation");
+    let ab = policy("AccessBinding", "accessbindings");
+    let bindings: Api<kube::api::DynamicObject> = Api::namespaced_with(bob.clone(), "default", &ab);
+    bindings
+        .create(&PostParams::default(), &dynamic(json!({
+            "apiVersion": "authz.kubeforge.dev/v1alpha1", "kind": "AccessBinding",
+            "metadata": {"name": "carol-reads"},
+            "spec": {"roleRef": {"name": "pod-reader"}, "subjects": [{"kind": "User", "name": "carol"}]}})))
+        .await
+        .expect("binding what bob holds");
+    let e = api_error(
+        bindings
+            .create(
+                &PostParams::default(),
+                &dynamic(json!({
+                "apiVersion": "authz.kubeforge.dev/v1alpha1", "kind": "AccessBinding",
+                "metadata": {"name": "bob-is-admin"},
+                "spec": {"roleRef": {"kind": "ClusterRole", "name": "cluster-admin"},
+                         "subjects": [{"kind": "User", "name": "bob"}]}})),
+            )
+            .await
+            .expect_err("escalation through a binding"),
+    );
+    assert_eq!(e.code, 403);
+    assert!(
+        e.message
+            .contains("is attempting to grant RBAC permissions not currently held"),
+        "{}",
+        e.message
+    );
+    // A Deny binding takes away only: bob may write it whatever it names.
+    bindings
+        .create(
+            &PostParams::default(),
+            &dynamic(json!({
+            "apiVersion": "authz.kubeforge.dev/v1alpha1", "kind": "AccessBinding",
+            "metadata": {"name": "carol-never-admin"},
+            "spec": {"roleRef": {"kind": "ClusterRole", "name": "cluster-admin"}, "effect": "Deny",
+                     "subjects": [{"kind": "User", "name": "carol"}]}})),
+        )
+        .await
+        .expect("deny bindings take away");
+    // …and it wins over the Allow: carol reads no pods.
+    let carol = c
+        .server
+        .client_as(UserInfo::new("carol", ["system:authenticated"]));
+    let e = api_error(
+        Api::<Pod>::default_namespaced(carol)
+            .get("x")
+            .await
+            .expect_err("denied"),
+    );
+    assert_eq!(e.code, 403);
+    assert!(
+        e.message.ends_with(r#"kubeforge: denied by AccessBinding "carol-never-admin" in namespace "default" (Deny) of ClusterRole "cluster-admin" to User "carol": rule 0 {APIGroups:["*"], Resources:["*"], Verbs:["*"]} of ClusterRole "cluster-admin""#),
+        "{}",
+        e.message
+    );
 }

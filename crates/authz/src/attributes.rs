@@ -32,6 +32,10 @@ pub struct Attributes {
     pub name: String,
     /// Request path (non-resource requests).
     pub path: String,
+    /// The client's address, when known: the connection's peer, or the
+    /// first `X-Forwarded-For` hop when the peer is a trusted proxy. Only
+    /// the kubeforge policies' `sourceCIDRs` conditions read it.
+    pub source: Option<std::net::IpAddr>,
 }
 
 impl Attributes {
@@ -58,6 +62,7 @@ impl Attributes {
             subresource: subresource.to_string(),
             name: name.to_string(),
             path: String::new(),
+            source: None,
         }
     }
 

@@ -46,10 +46,12 @@
 //! );
 //! ```
 
+pub mod access;
 pub mod attributes;
 pub mod decision;
 pub mod rbac;
 pub mod satoken;
+mod subjects;
 pub mod tokenfile;
 pub mod user;
 pub mod x509;

@@ -6,6 +6,7 @@
 //! and simulated nodes ([`cluster`]). `kubeforge apiserver` runs just the API
 //! server.
 
+mod authz;
 mod cluster;
 mod kubeclient;
 mod operator;
@@ -56,6 +57,9 @@ enum Command {
     /// Run the admission policy server (AdmissionPolicy CRD) as webhooks
     /// against a cluster; also keygen, sign and crd.
     Webhook(webhook::WebhookArgs),
+    /// Access-policy tools: `explain` says whether a user may do
+    /// something and which binding, role, parent and rule decide it.
+    Authz(authz::AuthzArgs),
 }
 
 #[derive(Args, Clone)]
@@ -104,6 +108,12 @@ struct ServeArgs {
     /// `--token-auth-file`): CSV lines `token,user,uid[,"group1,group2"]`.
     #[arg(long, value_name = "FILE")]
     token_auth_file: Option<PathBuf>,
+    /// Networks of reverse proxies whose `X-Forwarded-For` header names the
+    /// client address that AccessBinding `sourceCIDRs` conditions check
+    /// (the first address in it). Anyone else's header is ignored.
+    /// Repeatable or comma-separated.
+    #[arg(long = "authz-trusted-proxies", value_name = "CIDR", value_delimiter = ',', value_parser = parse_cidr)]
+    trusted_proxies: Vec<kubeforge_apimachinery::net::IpNet>,
     /// Where the API server reaches admission webhooks configured with
     /// `clientConfig.service` (there is no service network here):
     /// `NAMESPACE/NAME[:PORT]=HOST:PORT`, the service port defaulting to
@@ -159,6 +169,10 @@ fn parse_webhook_service(s: &str) -> Result<WebhookService, String> {
     })
 }
 
+fn parse_cidr(s: &str) -> Result<kubeforge_apimachinery::net::IpNet, String> {
+    kubeforge_apimachinery::net::IpNet::parse(s).map_err(|e| format!("{s:?}: {e}"))
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
@@ -178,6 +192,7 @@ fn main() -> Result<()> {
         Command::Operator(args) => rt.block_on(operator::run(args)),
         Command::Scheduler(args) => rt.block_on(scheduler::run(args)),
         Command::Webhook(args) => rt.block_on(webhook::run(args)),
+        Command::Authz(args) => rt.block_on(authz::run(args)),
     }
 }
 
@@ -251,7 +266,11 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
             .with_client_ca(&pki.ca)
             .context("loading the cluster CA")?;
         server.set_authentication(Some(auth));
-        server.enable_rbac(true);
+        server
+            .enable_rbac(true)
+            .await
+            .context("installing the access-policy CRDs")?;
+        server.set_trusted_proxies(args.trusted_proxies.clone());
         let sa_key = pki::service_account_key(&args.data_dir)?;
         server.set_token_issuer(
             kubeforge_apiserver::TokenIssuer::from_pkcs8(

@@ -131,3 +131,307 @@ fn plain_http_is_refused_off_loopback() {
     c.ok(&default_kubectl(), &["get", "ns", "default"]);
     c.stop();
 }
+
+/// The seed's extension through real kubectl: an AccessRole inherits its
+/// parents' rules, a Deny binding refuses what RBAC allows, bindings
+/// outside their time window or source network do not apply, bad policies
+/// are 422 naming the field, and `kubeforge authz explain` names the
+/// binding, the roles and the rule.
+#[test]
+fn access_roles_inherit_deny_wins_conditions_apply_and_explain_says_why() {
+    let c = Cluster::start(&["--memory"]);
+    let k = default_kubectl();
+    c.ok(&k, &["create", "namespace", "dev"]);
+    // A window of one hour, twelve hours from now, every day: it never
+    // includes the test's time.
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let far = (secs / 3600 + 12) % 24;
+    let window = format!(
+        r#"{{"start": "{far:02}:00", "end": "{:02}:00"}}"#,
+        (far + 1) % 24
+    );
+    let policies = format!(
+        r#"
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: ClusterAccessRole
+metadata: {{name: viewer}}
+spec:
+  rules: [{{apiGroups: [""], resources: [pods], verbs: [get, list]}}]
+---
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: ClusterAccessRole
+metadata: {{name: admin}}
+spec:
+  parents: [{{name: viewer}}]
+  rules: [{{apiGroups: [""], resources: [pods], verbs: [delete]}}]
+---
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: ClusterAccessRole
+metadata: {{name: editor}}
+spec:
+  parents: [{{name: admin}}]
+---
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: AccessBinding
+metadata: {{name: edit, namespace: dev}}
+spec:
+  roleRef: {{kind: ClusterAccessRole, name: editor}}
+  subjects: [{{kind: User, name: bob}}]
+---
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: ClusterAccessRole
+metadata: {{name: secret-reader}}
+spec:
+  rules: [{{apiGroups: [""], resources: [secrets, configmaps], verbs: [get, list]}}]
+---
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: ClusterAccessBinding
+metadata: {{name: night-shift}}
+spec:
+  roleRef: {{name: secret-reader}}
+  subjects: [{{kind: User, name: bob}}]
+  conditions: {{timeWindows: [{window}]}}
+---
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: ClusterAccessBinding
+metadata: {{name: office-network}}
+spec:
+  roleRef: {{name: secret-reader}}
+  subjects: [{{kind: User, name: bob}}]
+  conditions: {{sourceCIDRs: [10.0.0.0/8]}}
+"#
+    );
+    let out = c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(&policies));
+    assert!(out.status.success(), "{}", text_of(&out.stderr));
+    let can = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--as", "bob"]);
+        String::from_utf8_lossy(&c.kubectl(&k, &all).stdout)
+            .trim()
+            .to_string()
+    };
+    // The parent's parent grants list; the parent grants delete.
+    assert_eq!(can(&["list", "pods", "-n", "dev"]), "yes");
+    assert_eq!(can(&["delete", "pods", "-n", "dev"]), "yes");
+    assert_eq!(can(&["create", "pods", "-n", "dev"]), "no");
+    assert_eq!(can(&["list", "pods", "-n", "default"]), "no");
+    c.ok(&k, &["get", "pods", "-n", "dev", "--as", "bob"]);
+    // Outside the window, and from 127.0.0.1, the secret readers do not apply.
+    let err = c.fails(&k, &["get", "secrets", "-n", "dev", "--as", "bob"]);
+    assert!(
+        err.contains(
+            r#"User "bob" cannot list resource "secrets" in API group "" in the namespace "dev""#
+        ),
+        "{err}"
+    );
+    c.fails(&k, &["get", "configmaps", "-n", "dev", "--as", "bob"]);
+
+    // RBAC allows creating configmaps; a Deny binding takes it away.
+    c.ok(
+        &k,
+        &[
+            "create",
+            "role",
+            "cm-writer",
+            "--verb=create,delete",
+            "--resource=configmaps",
+            "-n",
+            "dev",
+        ],
+    );
+    c.ok(
+        &k,
+        &[
+            "create",
+            "rolebinding",
+            "cm-writer",
+            "--role=cm-writer",
+            "--user=bob",
+            "-n",
+            "dev",
+        ],
+    );
+    assert_eq!(can(&["create", "configmaps", "-n", "dev"]), "yes");
+    let deny = r#"
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: ClusterAccessRole
+metadata: {name: cm-creator}
+spec:
+  rules: [{apiGroups: [""], resources: [configmaps], verbs: [create]}]
+---
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: AccessBinding
+metadata: {name: no-new-configmaps, namespace: dev}
+spec:
+  roleRef: {kind: ClusterAccessRole, name: cm-creator}
+  effect: Deny
+  subjects: [{kind: User, name: bob}]
+"#;
+    let out = c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(deny));
+    assert!(out.status.success(), "{}", text_of(&out.stderr));
+    // kubectl prints a refusal's reason after "no - ", as for any
+    // authorizer that gives one.
+    let answer = can(&["create", "configmaps", "-n", "dev"]);
+    assert!(
+        answer.starts_with(r#"no - kubeforge: denied by AccessBinding "no-new-configmaps""#),
+        "{answer}"
+    );
+    let err = c.fails(
+        &k,
+        &["create", "configmap", "x", "-n", "dev", "--as", "bob"],
+    );
+    assert!(
+        err.contains(concat!(
+            r#"configmaps is forbidden: User "bob" cannot create resource "configmaps" in API group "" in the namespace "dev": "#,
+            r#"kubeforge: denied by AccessBinding "no-new-configmaps" in namespace "dev" (Deny) of ClusterAccessRole "cm-creator" to User "bob""#
+        )),
+        "{err}"
+    );
+
+    // explain names the binding, the inheritance path and the rule.
+    let explain = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubeforge"))
+            .args(["authz", "explain", "--kubeconfig"])
+            .arg(&c.kubeconfig)
+            .args(args)
+            .output()
+            .expect("run kubeforge authz explain");
+        (
+            out.status.code(),
+            text_of(&out.stdout),
+            text_of(&out.stderr),
+        )
+    };
+    let (code, out, err) = explain(&["--as", "bob", "list", "pods", "-n", "dev"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        out,
+        concat!(
+            "allowed\n",
+            r#"  kubeforge: allowed by AccessBinding "edit" in namespace "dev" of ClusterAccessRole "editor" to User "bob": "#,
+            r#"rule 0 {APIGroups:[""], Resources:["pods"], Verbs:["get" "list"]} of ClusterAccessRole "viewer" "#,
+            r#"(inherited: ClusterAccessRole "editor" → ClusterAccessRole "admin" → ClusterAccessRole "viewer")"#,
+            "\n"
+        )
+    );
+    let (code, out, _) = explain(&["--as", "bob", "create", "configmaps", "-n", "dev"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.starts_with("denied\n"), "{out}");
+    assert!(out.contains(r#"rule 0 {APIGroups:[""], Resources:["configmaps"], Verbs:["create"]} of ClusterAccessRole "cm-creator""#), "{out}");
+    let (code, out, _) = explain(&[
+        "--as",
+        "bob",
+        "--source",
+        "127.0.0.1",
+        "get",
+        "configmaps",
+        "-n",
+        "dev",
+    ]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.starts_with("not allowed"), "{out}");
+    assert!(out.contains(r#"ClusterAccessBinding "night-shift" of ClusterAccessRole "secret-reader" to User "bob" does not apply: the time "#), "{out}");
+    assert!(out.contains(r#"ClusterAccessBinding "office-network" of ClusterAccessRole "secret-reader" to User "bob" does not apply: the client address 127.0.0.1 is outside its source CIDRs [10.0.0.0/8]"#), "{out}");
+    let (code, out, _) = explain(&[
+        "--as",
+        "bob",
+        "--source",
+        "10.2.3.4",
+        "get",
+        "configmaps",
+        "-n",
+        "dev",
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains(r#"ClusterAccessBinding "office-network""#),
+        "{out}"
+    );
+    let (code, _, err) = explain(&["--as", "bob", "get", "pods/a/b"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("is not `resource[.group][/subresource]`"),
+        "{err}"
+    );
+
+    // Bad policies are 422 naming the field; a cycle names its path.
+    let cyclic = r#"
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: ClusterAccessRole
+metadata: {name: viewer}
+spec:
+  parents: [{name: editor}]
+  rules: [{apiGroups: [""], resources: [pods], verbs: [get, list]}]
+"#;
+    let out = c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(cyclic));
+    let err = text_of(&out.stderr);
+    assert!(
+        err.contains(r#"The ClusterAccessRole "viewer" is invalid: spec.parents[0]: Invalid value: "editor": would form a cycle: ClusterAccessRole "viewer" → ClusterAccessRole "editor" → ClusterAccessRole "admin" → ClusterAccessRole "viewer""#),
+        "{err}"
+    );
+    let bad = r#"
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: ClusterAccessBinding
+metadata: {name: bad}
+spec:
+  roleRef: {name: viewer}
+  subjects: [{kind: User, name: bob}]
+  conditions:
+    sourceCIDRs: [10.0.0.0/33]
+    timeWindows: [{start: "9:00", end: "17:00", timeZone: Moon/Base}]
+"#;
+    let out = c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(bad));
+    let err = text_of(&out.stderr);
+    for field in [
+        r#"spec.conditions.timeWindows[0].start: Invalid value: "9:00""#,
+        r#"spec.conditions.timeWindows[0].timeZone: Invalid value: "Moon/Base": unknown time zone"#,
+        r#"spec.conditions.sourceCIDRs[0]: Invalid value: "10.0.0.0/33""#,
+    ] {
+        assert!(err.contains(field), "{field}: {err}");
+    }
+
+    // A role whose parent is missing grants nothing, and says so.
+    let orphan = r#"
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: ClusterAccessRole
+metadata: {name: orphan}
+spec:
+  parents: [{name: gone}]
+"#;
+    let out = c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(orphan));
+    assert!(out.status.success(), "{}", text_of(&out.stderr));
+    let ready = |name: &str| {
+        c.ok(
+            &k,
+            &[
+                "get",
+                "clusteraccessrole",
+                name,
+                "-o",
+                r#"jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].message}"#,
+            ],
+        )
+    };
+    let mut seen = String::new();
+    for _ in 0..200 {
+        seen = ready("orphan");
+        if !seen.trim().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        seen,
+        r#"False grants nothing: parent ClusterAccessRole "gone": clusteraccessrole.authz.kubeforge.dev "gone" not found"#
+    );
+    assert_eq!(ready("editor"), "True every parent resolved");
+    c.stop();
+}
+
+fn text_of(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}

@@ -89,6 +89,9 @@ pub enum Error {
         /// The server's answer.
         source: kube::Error,
     },
+    /// The server could not install its access-policy CRDs.
+    #[error("turning RBAC on: {0}")]
+    Rbac(String),
     /// A CRD was stored but never became Established.
     #[error("CRD {name:?} did not become Established: {message}")]
     NotEstablished {
@@ -256,7 +259,10 @@ impl TestEnvBuilder {
             crds.extend(crds::read_dir(dir)?);
         }
         let server = ApiServer::in_memory().await;
-        server.enable_rbac(self.rbac);
+        server
+            .enable_rbac(self.rbac)
+            .await
+            .map_err(|e| Error::Rbac(e.to_string()))?;
         if !crds.is_empty() {
             crds::install(&server.client(), crds).await?;
         }

@@ -15,14 +15,12 @@
 pub mod escalation;
 pub mod rules;
 
-// Keys are subject names written by those allowed to write bindings;
-// foldhash's per-process seed keeps lookups quick without SipHash's cost.
 use foldhash::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, Subject};
 
-use crate::user::{matches_service_account, service_account_username};
+use crate::user::matches_service_account;
 use crate::{Attributes, Authorizer, Decision, UserInfo};
 pub use rules::Rule;
 
@@ -114,53 +112,12 @@ pub fn applies_to_user(user: &UserInfo, s: &Subject, namespace: &str) -> bool {
     }
 }
 
-/// Bindings of one scope (the cluster, or one namespace), by subject.
-#[derive(Debug, Default)]
-struct SubjectIndex {
-    bindings: Vec<Binding>,
-    /// By username; ServiceAccount subjects under their username.
-    users: HashMap<String, Vec<u32>>,
-    groups: HashMap<String, Vec<u32>>,
-}
-
-impl SubjectIndex {
-    fn add(&mut self, b: Binding) {
-        let i = u32::try_from(self.bindings.len()).unwrap_or(u32::MAX);
-        for s in &b.subjects {
-            let list = match s.kind.as_str() {
-                "User" => self.users.entry(s.name.clone()).or_default(),
-                "Group" => self.groups.entry(s.name.clone()).or_default(),
-                "ServiceAccount" => {
-                    let ns = s
-                        .namespace
-                        .clone()
-                        .filter(|n| !n.is_empty())
-                        .unwrap_or_else(|| b.namespace.clone());
-                    if ns.is_empty() {
-                        continue;
-                    }
-                    self.users
-                        .entry(service_account_username(&ns, &s.name))
-                        .or_default()
-                }
-                _ => continue,
-            };
-            if list.last() != Some(&i) {
-                list.push(i);
-            }
-        }
-        self.bindings.push(b);
+impl crate::subjects::HasSubjects for Binding {
+    fn subjects(&self) -> &[Subject] {
+        &self.subjects
     }
-
-    /// The lists of bindings naming `user`: by name, then by each group
-    /// in the user's order. A binding may appear in several.
-    fn lists<'a>(&'a self, user: &'a UserInfo) -> impl Iterator<Item = &'a [u32]> + 'a {
-        let by_name = self.users.get(&user.name).map(Vec::as_slice);
-        let by_group = user
-            .groups
-            .iter()
-            .filter_map(|g| self.groups.get(g).map(Vec::as_slice));
-        by_name.into_iter().chain(by_group)
+    fn namespace(&self) -> &str {
+        &self.namespace
     }
 }
 
@@ -168,8 +125,7 @@ impl SubjectIndex {
 /// build a new one when RBAC objects change.
 #[derive(Debug, Default)]
 pub struct RbacPolicy {
-    cluster: SubjectIndex,
-    namespaces: HashMap<String, SubjectIndex>,
+    bindings: crate::subjects::Scoped<Binding>,
     cluster_roles: HashMap<String, Arc<[Rule]>>,
     roles: HashMap<(String, String), Arc<[Rule]>>,
 }
@@ -211,7 +167,7 @@ impl RbacPolicy {
                 &b.role_ref,
                 b.subjects.clone().unwrap_or_default(),
             );
-            p.cluster.add(binding);
+            p.bindings.add(binding);
         }
         let mut rbs: Vec<&RoleBinding> = role_bindings.iter().collect();
         rbs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -223,7 +179,7 @@ impl RbacPolicy {
                 &b.role_ref,
                 b.subjects.clone().unwrap_or_default(),
             );
-            p.namespaces.entry(ns).or_default().add(binding);
+            p.bindings.add(binding);
         }
         p
     }
@@ -283,23 +239,7 @@ impl RbacPolicy {
 
     /// Number of bindings (cluster and namespaced).
     pub fn binding_count(&self) -> usize {
-        self.cluster.bindings.len()
-            + self
-                .namespaces
-                .values()
-                .map(|i| i.bindings.len())
-                .sum::<usize>()
-    }
-
-    /// The scopes a request in `namespace` looks at: the cluster's
-    /// bindings, then the namespace's (kube's order).
-    fn scopes<'a>(&'a self, namespace: &str) -> impl Iterator<Item = &'a SubjectIndex> + 'a {
-        let ns = if namespace.is_empty() {
-            None
-        } else {
-            self.namespaces.get(namespace)
-        };
-        std::iter::once(&self.cluster).chain(ns)
+        self.bindings.len()
     }
 
     /// Visit every binding that names `user` in `namespace` (cluster
@@ -312,13 +252,8 @@ impl RbacPolicy {
         mut visit: impl FnMut(&Binding, &Subject) -> bool,
     ) {
         let mut ids: Vec<u32> = Vec::new();
-        for scope in self.scopes(namespace) {
-            ids.clear();
-            for list in scope.lists(user) {
-                ids.extend_from_slice(list);
-            }
-            ids.sort_unstable();
-            ids.dedup();
+        for scope in self.bindings.scopes(namespace) {
+            scope.ids(user, &mut ids);
             for &i in &ids {
                 let Some(b) = scope.bindings.get(i as usize) else {
                     continue;
@@ -395,7 +330,7 @@ impl Authorizer for RbacAuthorizer {
         // `visit_bindings` does keeps a decision free of allocations until
         // its answer.
         let mut errors: Vec<&str> = Vec::new();
-        for scope in self.policy.scopes(&a.namespace) {
+        for scope in self.policy.bindings.scopes(&a.namespace) {
             for list in scope.lists(&a.user) {
                 for &i in list {
                     let Some(b) = scope.bindings.get(i as usize) else {
