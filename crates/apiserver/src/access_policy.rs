@@ -7,7 +7,7 @@
 
 use kubeforge_apimachinery::names::Cause;
 use kubeforge_authz::access::{
-    AccessPolicy, BindingObject, GROUP, Invalid, RoleKind, RoleObject, VERSION, spec::causes_text,
+    AccessPolicy, BindingObject, GROUP, RoleKind, RoleObject, VERSION, spec::causes_text,
 };
 use kubeforge_authz::rbac::RbacPolicy;
 use serde_json::{Value, json};
@@ -164,31 +164,14 @@ fn stored(server: &ApiServer, plural: &str) -> Vec<Value> {
         .collect()
 }
 
-fn invalid(kind: &str, obj: &Value, reason: String, salvage: bool) -> Invalid {
-    let meta = |k: &str| {
-        crate::object::meta_str(obj, k)
-            .unwrap_or_default()
-            .to_string()
-    };
-    tracing::warn!(kind, name = %meta("name"), namespace = %meta("namespace"), %reason,
-        "stored access policy no longer passes its checks; it grants nothing");
-    Invalid {
-        kind: kind.to_string(),
-        namespace: meta("namespace"),
-        name: meta("name"),
-        reason,
-        salvage: salvage.then(|| BindingObject::salvage(obj)),
-    }
-}
-
-pub(crate) fn load_roles(server: &ApiServer) -> (Vec<RoleObject>, Vec<Invalid>) {
+pub(crate) fn load_roles(server: &ApiServer) -> (Vec<RoleObject>, usize) {
     let mut roles = Vec::new();
-    let mut bad = Vec::new();
-    for (plural, kind, namespaced) in &KINDS[..2] {
+    let mut bad = 0;
+    for (plural, _, namespaced) in &KINDS[..2] {
         for obj in stored(server, plural) {
             match RoleObject::from_value(&obj, *namespaced) {
                 Ok(r) => roles.push(r),
-                Err(e) => bad.push(invalid(kind, &obj, causes_text(&e), false)),
+                Err(_) => bad += 1,
             }
         }
     }
@@ -197,17 +180,17 @@ pub(crate) fn load_roles(server: &ApiServer) -> (Vec<RoleObject>, Vec<Invalid>) 
 
 /// The policy as stored now; RBAC roles named in it come from `rbac`.
 pub(crate) fn load(server: &ApiServer, rbac: &RbacPolicy) -> AccessPolicy {
-    let (roles, mut bad) = load_roles(server);
-    let mut bindings = Vec::new();
-    for (plural, kind, namespaced) in &KINDS[2..] {
-        for obj in stored(server, plural) {
-            match BindingObject::from_value(&obj, *namespaced) {
-                Ok(b) => bindings.push(b),
-                Err(e) => bad.push(invalid(kind, &obj, causes_text(&e), true)),
-            }
-        }
+    let objects: Vec<(&str, Value)> = KINDS
+        .iter()
+        .flat_map(|(plural, kind, _)| stored(server, plural).into_iter().map(move |o| (*kind, o)))
+        .collect();
+    let (policy, bad) =
+        kubeforge_authz::access::policy::from_objects(objects.iter().map(|(k, o)| (*k, o)), rbac);
+    for i in bad {
+        tracing::warn!(kind = %i.kind, name = %i.name, namespace = %i.namespace, reason = %i.reason,
+            "stored access policy no longer passes its checks; it grants nothing");
     }
-    AccessPolicy::build(&roles, &bindings, &bad, rbac)
+    policy
 }
 
 /// The `Ready` condition `obj` should carry: `True`/`Resolved`, or

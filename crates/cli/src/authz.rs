@@ -35,6 +35,9 @@ enum AuthzCommand {
     /// Say whether a user may do something, and why (which binding, role,
     /// parents and rule; or why each candidate binding did not apply).
     Explain(ExplainArgs),
+    /// Serve the cluster's access policies as a Kubernetes authorization
+    /// webhook (SubjectAccessReview v1 at /authorize over HTTPS).
+    Webhook(crate::authz_webhook::WebhookArgs),
 }
 
 #[derive(Args)]
@@ -66,6 +69,7 @@ struct ExplainArgs {
 pub async fn run(args: AuthzArgs) -> Result<()> {
     match args.command {
         AuthzCommand::Explain(a) => explain(a).await,
+        AuthzCommand::Webhook(a) => crate::authz_webhook::run(a).await,
     }
 }
 

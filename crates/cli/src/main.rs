@@ -7,6 +7,7 @@
 //! server.
 
 mod authz;
+mod authz_webhook;
 mod cluster;
 mod kubeclient;
 mod operator;

@@ -435,3 +435,167 @@ spec:
 fn text_of(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+/// `kubeforge authz webhook` answers SubjectAccessReviews as kube-apiserver
+/// posts them: Allow → allowed, Deny → denied, nothing → no opinion; and
+/// follows policy changes.
+#[test]
+fn the_authz_webhook_answers_reviews_as_kube_apiserver_expects() {
+    use std::io::BufRead;
+    let c = Cluster::start(&["--memory"]);
+    let k = default_kubectl();
+    let policies = r#"
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: ClusterAccessRole
+metadata: {name: pod-reader}
+spec:
+  rules: [{apiGroups: [""], resources: [pods], verbs: [get, list]}]
+---
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: ClusterAccessRole
+metadata: {name: pod-deleter}
+spec:
+  parents: [{name: pod-reader}]
+  rules: [{apiGroups: [""], resources: [pods], verbs: [delete]}]
+---
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: ClusterAccessBinding
+metadata: {name: bob-reads}
+spec:
+  roleRef: {name: pod-reader}
+  subjects: [{kind: User, name: bob}]
+---
+apiVersion: authz.kubeforge.dev/v1alpha1
+kind: AccessBinding
+metadata: {name: no-deletes, namespace: default}
+spec:
+  roleRef: {kind: ClusterAccessRole, name: pod-deleter}
+  effect: Deny
+  subjects: [{kind: Group, name: interns}]
+"#;
+    let out = c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(policies));
+    assert!(out.status.success(), "{}", text_of(&out.stderr));
+    // The shipped manifests apply, and the webhook runs as their
+    // least-privilege ServiceAccount.
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/authz");
+    c.ok(&k, &["apply", "-k", config]);
+    let token = c.ok(
+        &k,
+        &[
+            "create",
+            "token",
+            "kubeforge-authz",
+            "-n",
+            "kubeforge-system",
+        ],
+    );
+    let admin = std::fs::read_to_string(&c.kubeconfig).expect("kubeconfig");
+    let ca = admin
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
+        .expect("the kubeconfig has the CA");
+    let sa_config = c.dir.0.join("authz-webhook.kubeconfig");
+    std::fs::write(
+        &sa_config,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: {}, certificate-authority-data: {ca}}}\nusers:\n- name: u\n  user: {{token: {}}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
+            c.url,
+            token.trim()
+        ),
+    )
+    .expect("write kubeconfig");
+    let certs = c.dir.0.join("authz-certs");
+    let mut webhook = Command::new(env!("CARGO_BIN_EXE_kubeforge"))
+        .args([
+            "authz",
+            "webhook",
+            "--listen",
+            "127.0.0.1:0",
+            "--kubeconfig",
+        ])
+        .arg(&sa_config)
+        .arg("--cert-dir")
+        .arg(&certs)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the webhook");
+    let mut lines = std::io::BufReader::new(webhook.stdout.take().expect("stdout")).lines();
+    let url = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("kubeforge authz webhook ready on ")
+                .and_then(|r| r.split_whitespace().next())
+                .map(str::to_string)
+        })
+        .expect("the webhook printed its URL");
+    std::thread::spawn(move || for _ in lines {});
+    let review = |user: &str, groups: &[&str], verb: &str, resource: &str| -> serde_json::Value {
+        // The body kube-apiserver's webhook authorizer sends.
+        let body = serde_json::json!({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "metadata": {"creationTimestamp": null},
+            "spec": {"resourceAttributes": {"namespace": "default", "verb": verb, "group": "",
+                     "version": "v1", "resource": resource, "name": "web"},
+                     "user": user, "groups": groups, "uid": "42"},
+            "status": {"allowed": false}
+        });
+        let out = Command::new("curl")
+            .args(["-sS", "--fail-with-body", "--cacert"])
+            .arg(certs.join("ca.crt"))
+            .args([
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                &body.to_string(),
+                &url,
+            ])
+            .output()
+            .expect("curl");
+        assert!(
+            out.status.success(),
+            "{}{}",
+            text_of(&out.stdout),
+            text_of(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("a JSON answer")
+    };
+    let allowed = review("bob", &["system:authenticated"], "get", "pods");
+    assert_eq!(allowed["apiVersion"], "authorization.k8s.io/v1");
+    assert_eq!(allowed["kind"], "SubjectAccessReview");
+    assert_eq!(allowed["status"]["allowed"], true, "{allowed}");
+    assert!(
+        allowed["status"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with(r#"kubeforge: allowed by ClusterAccessBinding "bob-reads" of ClusterAccessRole "pod-reader" to User "bob""#)),
+        "{allowed}"
+    );
+    let denied = review("bob", &["interns"], "delete", "pods");
+    assert_eq!(denied["status"]["allowed"], false, "{denied}");
+    assert_eq!(denied["status"]["denied"], true, "{denied}");
+    // No binding matches: no opinion, so RBAC decides.
+    let none = review("carol", &["system:authenticated"], "get", "secrets");
+    assert_eq!(
+        none["status"],
+        serde_json::json!({"allowed": false}),
+        "{none}"
+    );
+    // A new binding applies without a restart.
+    c.ok(&k, &["delete", "clusteraccessbinding", "bob-reads"]);
+    let mut last = serde_json::Value::Null;
+    for _ in 0..200 {
+        last = review("bob", &["system:authenticated"], "get", "pods");
+        if last["status"]["allowed"] == false {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert_eq!(
+        last["status"],
+        serde_json::json!({"allowed": false}),
+        "{last}"
+    );
+    let _ = webhook.kill();
+    let _ = webhook.wait();
+    c.stop();
+}

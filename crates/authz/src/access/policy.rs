@@ -388,6 +388,64 @@ pub fn effective_rules(
     b.resolve(&key, &mut Vec::new()).map(|r| r.rules.clone())
 }
 
+/// The policy made of stored objects as read from an API server: each
+/// `(kind, object)` with `kind` one of `AccessRole`, `ClusterAccessRole`,
+/// `AccessBinding`, `ClusterAccessBinding` (others are ignored). An object
+/// that no longer passes its checks grants nothing (a Deny binding among
+/// them still refuses, see [`Invalid`]); each is logged by the caller from
+/// the returned list.
+pub fn from_objects<'a>(
+    objects: impl IntoIterator<Item = (&'a str, &'a serde_json::Value)>,
+    rbac: &RbacPolicy,
+) -> (AccessPolicy, Vec<Invalid>) {
+    let mut roles = Vec::new();
+    let mut bindings = Vec::new();
+    let mut bad = Vec::new();
+    for (kind, obj) in objects {
+        let namespaced = matches!(kind, "AccessRole" | "AccessBinding");
+        let reason = match kind {
+            "AccessRole" | "ClusterAccessRole" => match RoleObject::from_value(obj, namespaced) {
+                Ok(r) => {
+                    roles.push(r);
+                    continue;
+                }
+                Err(e) => super::spec::causes_text(&e),
+            },
+            "AccessBinding" | "ClusterAccessBinding" => {
+                match BindingObject::from_value(obj, namespaced) {
+                    Ok(b) => {
+                        bindings.push(b);
+                        continue;
+                    }
+                    Err(e) => super::spec::causes_text(&e),
+                }
+            }
+            _ => continue,
+        };
+        let meta = |k: &str| {
+            obj.pointer(&format!("/metadata/{k}"))
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        bad.push(Invalid {
+            kind: kind.to_string(),
+            namespace: if namespaced {
+                meta("namespace")
+            } else {
+                String::new()
+            },
+            name: meta("name"),
+            reason,
+            salvage: kind
+                .ends_with("Binding")
+                .then(|| BindingObject::salvage(obj)),
+        });
+    }
+    let policy = AccessPolicy::build(&roles, &bindings, &bad, rbac);
+    (policy, bad)
+}
+
 fn binding_label(namespace: &str, name: &str) -> String {
     if namespace.is_empty() {
         format!("ClusterAccessBinding {}", quote(name))

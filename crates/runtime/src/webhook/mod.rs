@@ -184,6 +184,26 @@ pub trait ReviewHandler: Send + Sync + 'static {
     fn review<'a>(&'a self, body: &'a [u8]) -> ReviewFuture<'a>;
 }
 
+/// What a [`JsonHandler`] returns: the JSON answer, or a message for a 400.
+pub type JsonFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<serde_json::Value, String>> + Send + 'a>,
+>;
+
+/// A webhook that is not admission: one JSON body in (an authorization
+/// webhook's SubjectAccessReview, say), one JSON document out, or a message
+/// for a 400. Served with the same TLS, limits and metrics.
+pub trait JsonHandler: Send + Sync + 'static {
+    /// Answer one request body.
+    fn answer<'a>(&'a self, body: &'a [u8]) -> JsonFuture<'a>;
+}
+
+/// A route's handler.
+#[derive(Clone)]
+enum Handler {
+    Admission(Arc<dyn ReviewHandler>),
+    Json(Arc<dyn JsonHandler>),
+}
+
 /// Parse and check an AdmissionReview v1 request body.
 pub fn parse_review<K>(body: &[u8]) -> Result<AdmissionRequest<K>, String>
 where
@@ -349,7 +369,7 @@ pub struct WebhookServerBuilder {
     addr: SocketAddr,
     cert_dir: PathBuf,
     hosts: Vec<String>,
-    routes: Vec<(String, Arc<dyn ReviewHandler>)>,
+    routes: Vec<(String, Handler)>,
     reload_every: Duration,
 }
 
@@ -400,7 +420,13 @@ impl WebhookServerBuilder {
 
     /// Serve an untyped handler at `path`.
     pub fn handler(mut self, path: &str, h: Arc<dyn ReviewHandler>) -> Self {
-        self.routes.push((path.to_string(), h));
+        self.routes.push((path.to_string(), Handler::Admission(h)));
+        self
+    }
+
+    /// Serve a non-admission JSON handler at `path`.
+    pub fn json_handler(mut self, path: &str, h: Arc<dyn JsonHandler>) -> Self {
+        self.routes.push((path.to_string(), Handler::Json(h)));
         self
     }
 
@@ -428,7 +454,7 @@ impl WebhookServerBuilder {
         })?;
         let mut registry = Registry::default();
         let metrics = WebhookMetrics::register(&mut registry);
-        let routes: HashMap<String, Arc<dyn ReviewHandler>> = self.routes.into_iter().collect();
+        let routes: HashMap<String, Handler> = self.routes.into_iter().collect();
         Ok(WebhookServer {
             listener,
             local,
@@ -451,7 +477,7 @@ pub struct WebhookServer {
     resolver: Arc<certs::Reloading>,
     reload_every: Duration,
     ca_bundle: String,
-    routes: Arc<HashMap<String, Arc<dyn ReviewHandler>>>,
+    routes: Arc<HashMap<String, Handler>>,
     metrics: WebhookMetrics,
     registry: Arc<Registry>,
 }
@@ -560,7 +586,7 @@ impl MetricsHandle {
 /// (no label strings built or family maps searched per request).
 struct Route {
     path: String,
-    handler: Arc<dyn ReviewHandler>,
+    handler: Handler,
     latency: Histogram,
     in_flight: Gauge,
     ok: Counter,
@@ -569,7 +595,7 @@ struct Route {
 
 type Routes = HashMap<String, Route>;
 
-fn routes(handlers: &HashMap<String, Arc<dyn ReviewHandler>>, m: &WebhookMetrics) -> Routes {
+fn routes(handlers: &HashMap<String, Handler>, m: &WebhookMetrics) -> Routes {
     handlers
         .iter()
         .map(|(path, h)| {
@@ -615,7 +641,7 @@ async fn dispatch(
     if req.method() != http::Method::POST {
         let mut r = plain(
             http::StatusCode::METHOD_NOT_ALLOWED,
-            "admission reviews are POSTed".into(),
+            "reviews are POSTed".into(),
         );
         r.headers_mut()
             .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
@@ -650,8 +676,15 @@ async fn serve_review(route: &Route, body: &[u8]) -> axum::response::Response {
     route.in_flight.inc();
     let in_flight = InFlight(&route.in_flight);
     let started = Instant::now();
-    let (code, resp) = match route.handler.review(body).await {
-        Ok(r) => match serde_json::to_vec(&r.into_review()) {
+    let answer = match &route.handler {
+        Handler::Admission(h) => h
+            .review(body)
+            .await
+            .and_then(|r| serde_json::to_value(r.into_review()).map_err(|e| e.to_string())),
+        Handler::Json(h) => h.answer(body).await,
+    };
+    let (code, resp) = match answer {
+        Ok(r) => match serde_json::to_vec(&r) {
             Ok(b) => (
                 http::StatusCode::OK,
                 ([(http::header::CONTENT_TYPE, "application/json")], b).into_response(),
