@@ -22,7 +22,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::rbac::v1::Subject;
 use kubeforge_apimachinery::gofmt::quote;
 
-use super::conditions::{Conditions, Outcome};
+use super::conditions::{Conditions, Test};
 use super::spec::{BindingObject, Effect, RoleKind, RoleObject, RoleRef};
 use crate::rbac::escalation::compact_string;
 use crate::rbac::{RbacPolicy, Rule, applies_to_user};
@@ -52,17 +52,20 @@ fn label(kind: RoleKind, namespace: &str, name: &str) -> String {
 struct Origin {
     path: Vec<Arc<str>>,
     index: usize,
+    /// `rule 0 {…} of ClusterAccessRole "viewer" (inherited: …)`, made
+    /// once when the policy is built.
+    text: String,
 }
 
 impl Origin {
-    fn describe(&self, rule: &Rule) -> String {
-        let holder = self.path.last().map(|s| &**s).unwrap_or_default();
-        let mut s = format!("rule {} {} of {holder}", self.index, compact_string(rule));
-        if self.path.len() > 1 {
-            let chain: Vec<&str> = self.path.iter().map(|p| &**p).collect();
-            s.push_str(&format!(" (inherited: {})", chain.join(" → ")));
+    fn new(path: Vec<Arc<str>>, index: usize, rule: &Rule) -> Arc<Origin> {
+        let holder = path.last().map(|s| &**s).unwrap_or_default();
+        let mut text = format!("rule {index} {} of {holder}", compact_string(rule));
+        if path.len() > 1 {
+            let chain: Vec<&str> = path.iter().map(|p| &**p).collect();
+            text.push_str(&format!(" (inherited: {})", chain.join(" → ")));
         }
-        s
+        Arc::new(Origin { path, index, text })
     }
 }
 
@@ -76,8 +79,6 @@ struct Resolved {
 /// One binding, compiled.
 #[derive(Debug)]
 struct Compiled {
-    /// `ClusterAccessBinding "b"` / `AccessBinding "b" in namespace "ns"`.
-    label: String,
     namespace: String,
     subjects: Vec<Subject>,
     effect: Effect,
@@ -85,6 +86,47 @@ struct Compiled {
     /// The bound role's label.
     role: String,
     rules: Result<Arc<Resolved>, String>,
+    /// `AccessBinding "b" in namespace "ns" (Deny) of ClusterAccessRole
+    /// "r" to User "u"` for each subject, made once.
+    whats: Vec<String>,
+}
+
+impl Compiled {
+    fn new(
+        label: String,
+        namespace: String,
+        subjects: Vec<Subject>,
+        effect: Effect,
+        conditions: Result<Conditions, String>,
+        role: String,
+        rules: Result<Arc<Resolved>, String>,
+    ) -> Compiled {
+        let deny = if effect == Effect::Deny {
+            " (Deny)"
+        } else {
+            ""
+        };
+        let whats = subjects
+            .iter()
+            .map(|s| {
+                let who = subject_text(s, &namespace);
+                if role.is_empty() {
+                    format!("{label}{deny} to {who}")
+                } else {
+                    format!("{label}{deny} of {role} to {who}")
+                }
+            })
+            .collect();
+        Compiled {
+            namespace,
+            subjects,
+            effect,
+            conditions,
+            role,
+            rules,
+            whats,
+        }
+    }
 }
 
 impl HasSubjects for Compiled {
@@ -155,13 +197,10 @@ impl Builder<'_> {
                 .rbac
                 .role_ref_rules(kind.as_str(), name, ns)
                 .map(|rules| {
-                    let origins = (0..rules.len())
-                        .map(|index| {
-                            Arc::new(Origin {
-                                path: vec![me.clone()],
-                                index,
-                            })
-                        })
+                    let origins = rules
+                        .iter()
+                        .enumerate()
+                        .map(|(index, rule)| Origin::new(vec![me.clone()], index, rule))
                         .collect();
                     Arc::new(Resolved {
                         rules: rules.to_vec(),
@@ -198,13 +237,11 @@ impl Builder<'_> {
     ) -> Result<Arc<Resolved>, String> {
         let mut out = Resolved {
             rules: role.rules.clone(),
-            origins: (0..role.rules.len())
-                .map(|index| {
-                    Arc::new(Origin {
-                        path: vec![me.clone()],
-                        index,
-                    })
-                })
+            origins: role
+                .rules
+                .iter()
+                .enumerate()
+                .map(|(index, rule)| Origin::new(vec![me.clone()], index, rule))
                 .collect(),
         };
         for p in &role.parents {
@@ -220,10 +257,7 @@ impl Builder<'_> {
                 let mut path = vec![me.clone()];
                 path.extend(origin.path.iter().cloned());
                 out.rules.push(rule.clone());
-                out.origins.push(Arc::new(Origin {
-                    path,
-                    index: origin.index,
-                }));
+                out.origins.push(Origin::new(path, origin.index, rule));
             }
         }
         Ok(Arc::new(out))
@@ -279,29 +313,29 @@ impl AccessPolicy {
                     format!("{} cannot be resolved: {e}", label(key.0, &key.1, &key.2)),
                 );
             }
-            p.add(Compiled {
-                label: binding_label(&o.namespace, &o.name),
-                namespace: o.namespace.clone(),
-                subjects: o.subjects.clone(),
-                effect: o.effect,
-                conditions: Ok(o.conditions.clone()),
-                role: label(key.0, &key.1, &key.2),
+            p.add(Compiled::new(
+                binding_label(&o.namespace, &o.name),
+                o.namespace.clone(),
+                o.subjects.clone(),
+                o.effect,
+                Ok(o.conditions.clone()),
+                label(key.0, &key.1, &key.2),
                 rules,
-            });
+            ));
         }
         for i in invalid {
             let Some((subjects, effect)) = &i.salvage else {
                 continue;
             };
-            p.add(Compiled {
-                label: binding_label(&i.namespace, &i.name),
-                namespace: i.namespace.clone(),
-                subjects: subjects.clone(),
-                effect: *effect,
-                conditions: Err(format!("it is invalid: {}", i.reason)),
-                role: String::new(),
-                rules: Err(format!("it is invalid: {}", i.reason)),
-            });
+            p.add(Compiled::new(
+                binding_label(&i.namespace, &i.name),
+                i.namespace.clone(),
+                subjects.clone(),
+                *effect,
+                Err(format!("it is invalid: {}", i.reason)),
+                String::new(),
+                Err(format!("it is invalid: {}", i.reason)),
+            ));
         }
         p
     }
@@ -502,47 +536,68 @@ impl AccessAuthorizer {
 
     /// Decide `a` at `now`.
     pub fn decide_at(&self, a: &Attributes, now: Timestamp) -> Decision {
-        self.run(a, now, None)
+        self.run(a, &|| now, None)
     }
 
     /// Decide `a` at `now`, saying why each other candidate did not.
     pub fn explain(&self, a: &Attributes, now: Timestamp) -> Explanation {
         let mut skipped = Vec::new();
-        let decision = self.run(a, now, Some(&mut skipped));
+        let decision = self.run(a, &|| now, Some(&mut skipped));
         Explanation { decision, skipped }
     }
 
-    fn run(&self, a: &Attributes, now: Timestamp, mut trace: Option<&mut Vec<String>>) -> Decision {
+    fn run(
+        &self,
+        a: &Attributes,
+        now: &dyn Fn() -> Timestamp,
+        mut trace: Option<&mut Vec<String>>,
+    ) -> Decision {
         let mut allow: Option<String> = None;
-        let mut ids = Vec::new();
-        for scope in self.policy.bindings.scopes(&a.namespace) {
-            scope.ids(&a.user, &mut ids);
-            for &i in &ids {
-                let Some(b) = scope.bindings.get(i as usize) else {
-                    continue;
-                };
-                if b.effect == Effect::Allow && allow.is_some() && trace.is_none() {
-                    continue;
-                }
-                let Some(subject) = b
-                    .subjects
-                    .iter()
-                    .find(|s| applies_to_user(&a.user, s, &b.namespace))
-                else {
-                    continue;
-                };
-                match consider(b, subject, a, now) {
-                    Verdict::Deny(reason) => return Decision::Deny { reason },
-                    Verdict::Allow(reason) => {
-                        if allow.is_none() {
-                            allow = Some(reason);
-                        } else if let Some(t) = trace.as_deref_mut() {
-                            t.push(format!("{reason} (an earlier binding already allows)"));
+        // Without a trace a binding reached twice (by name and by group)
+        // is looked at twice: the answer is the same, and skipping the
+        // dedup keeps a decision free of allocations until its answer.
+        let mut seen: Vec<(usize, u32)> = Vec::new();
+        for (s, scope) in self.policy.bindings.scopes(&a.namespace).enumerate() {
+            for list in scope.lists(&a.user) {
+                for &i in list {
+                    if trace.is_some() {
+                        if seen.contains(&(s, i)) {
+                            continue;
                         }
+                        seen.push((s, i));
                     }
-                    Verdict::Skip(why) => {
-                        if let Some(t) = trace.as_deref_mut() {
-                            t.push(why);
+                    let Some(b) = scope.bindings.get(i as usize) else {
+                        continue;
+                    };
+                    if b.effect == Effect::Allow && allow.is_some() && trace.is_none() {
+                        continue;
+                    }
+                    let Some(subject) = b
+                        .subjects
+                        .iter()
+                        .position(|s| applies_to_user(&a.user, s, &b.namespace))
+                    else {
+                        continue;
+                    };
+                    match consider(b, a, now) {
+                        Verdict::Deny(rule, t) => {
+                            return Decision::Deny {
+                                reason: deny_reason(b, subject, rule, t, a, now),
+                            };
+                        }
+                        Verdict::Allow(rule) => {
+                            let reason =
+                                format!("kubeforge: allowed by {}: {rule}", b.whats[subject]);
+                            if allow.is_none() {
+                                allow = Some(reason);
+                            } else if let Some(t) = trace.as_deref_mut() {
+                                t.push(format!("{reason} (an earlier binding already allows)"));
+                            }
+                        }
+                        Verdict::Skip(why) => {
+                            if let Some(t) = trace.as_deref_mut() {
+                                t.push(skip_reason(b, subject, why, a, now()));
+                            }
                         }
                     }
                 }
@@ -557,73 +612,104 @@ impl AccessAuthorizer {
     }
 }
 
-enum Verdict {
-    Deny(String),
-    Allow(String),
-    Skip(String),
+/// Why a binding did not decide.
+enum Skip {
+    Conditions(Test),
+    NoRule,
+    Unresolved,
 }
 
-fn consider(b: &Compiled, subject: &Subject, a: &Attributes, now: Timestamp) -> Verdict {
-    let who = subject_text(subject, &b.namespace);
-    let deny = if b.effect == Effect::Deny {
-        " (Deny)"
-    } else {
-        ""
+enum Verdict<'a> {
+    /// The matched rule's origin (`None`: the role cannot be resolved), and
+    /// what the conditions gave.
+    Deny(Option<&'a str>, Test),
+    Allow(&'a str),
+    Skip(Skip),
+}
+
+fn consider<'b>(b: &'b Compiled, a: &Attributes, now: &dyn Fn() -> Timestamp) -> Verdict<'b> {
+    let test = match &b.conditions {
+        Ok(c) => c.test(a, now),
+        Err(_) => Test::Unknown,
     };
-    let what = if b.role.is_empty() {
-        format!("{}{deny} to {who}", b.label)
-    } else {
-        format!("{}{deny} of {} to {who}", b.label, b.role)
-    };
-    let outcome = match &b.conditions {
-        Ok(c) => c.check(a, now),
-        Err(e) => Outcome::Unknown(e.clone()),
-    };
-    if let Outcome::Fails(why) = &outcome {
-        return Verdict::Skip(format!("kubeforge: {what} does not apply: {why}"));
-    }
-    if b.effect == Effect::Allow
-        && let Outcome::Unknown(why) = &outcome
-    {
-        return Verdict::Skip(format!("kubeforge: {what} does not apply: {why}"));
+    match test {
+        Test::Holds => {}
+        Test::Unknown if b.effect == Effect::Deny => {}
+        t => return Verdict::Skip(Skip::Conditions(t)),
     }
     let matched = match &b.rules {
-        Ok(r) => r
-            .rules
-            .iter()
-            .position(|rule| rule.allows(a))
-            .map(|i| Ok(r.origins[i].describe(&r.rules[i]))),
-        Err(e) => Some(Err(e.clone())),
+        Ok(r) => match r.rules.iter().position(|rule| rule.allows(a)) {
+            Some(i) => Some(r.origins[i].text.as_str()),
+            None => return Verdict::Skip(Skip::NoRule),
+        },
+        Err(_) => None,
     };
     match (b.effect, matched) {
-        (_, None) => Verdict::Skip(format!(
-            "kubeforge: {what} does not apply: no rule of {} matches",
-            b.role
-        )),
-        (Effect::Allow, Some(Ok(rule))) => {
-            Verdict::Allow(format!("kubeforge: allowed by {what}: {rule}"))
-        }
-        (Effect::Allow, Some(Err(e))) => Verdict::Skip(format!(
-            "kubeforge: {what} grants nothing: {} cannot be resolved: {e}",
-            b.role
-        )),
-        (Effect::Deny, Some(Ok(rule))) => {
+        (Effect::Allow, Some(rule)) => Verdict::Allow(rule),
+        (Effect::Allow, None) => Verdict::Skip(Skip::Unresolved),
+        (Effect::Deny, rule) => Verdict::Deny(rule, test),
+    }
+}
+
+fn condition_text(b: &Compiled, t: Test, a: &Attributes, now: Timestamp) -> String {
+    match &b.conditions {
+        Ok(c) => c.why(t, a, now),
+        Err(e) => e.clone(),
+    }
+}
+
+fn deny_reason(
+    b: &Compiled,
+    subject: usize,
+    rule: Option<&str>,
+    t: Test,
+    a: &Attributes,
+    now: &dyn Fn() -> Timestamp,
+) -> String {
+    let what = &b.whats[subject];
+    match rule {
+        Some(rule) => {
             let mut reason = format!("kubeforge: denied by {what}: {rule}");
-            if let Outcome::Unknown(why) = outcome {
+            if t == Test::Unknown {
                 reason.push_str(&format!(
-                    " (its conditions could not be checked: {why}; denied to fail closed)"
+                    " (its conditions could not be checked: {}; denied to fail closed)",
+                    condition_text(b, t, a, now())
                 ));
             }
-            Verdict::Deny(reason)
+            reason
         }
-        (Effect::Deny, Some(Err(e))) => Verdict::Deny(format!(
-            "kubeforge: denied by {what}: the binding cannot be evaluated ({e}); denied to fail closed"
-        )),
+        None => {
+            let e = b.rules.as_ref().err().cloned().unwrap_or_default();
+            format!(
+                "kubeforge: denied by {what}: the binding cannot be evaluated ({e}); denied to fail closed"
+            )
+        }
+    }
+}
+
+fn skip_reason(b: &Compiled, subject: usize, why: Skip, a: &Attributes, now: Timestamp) -> String {
+    let what = &b.whats[subject];
+    match why {
+        Skip::Conditions(t) => format!(
+            "kubeforge: {what} does not apply: {}",
+            condition_text(b, t, a, now)
+        ),
+        Skip::NoRule => format!(
+            "kubeforge: {what} does not apply: no rule of {} matches",
+            b.role
+        ),
+        Skip::Unresolved => format!(
+            "kubeforge: {what} grants nothing: {} cannot be resolved: {}",
+            b.role,
+            b.rules.as_ref().err().cloned().unwrap_or_default()
+        ),
     }
 }
 
 impl Authorizer for AccessAuthorizer {
     fn authorize(&self, a: &Attributes) -> Decision {
-        self.decide_at(a, Timestamp::now())
+        // The clock is read only when a time window is checked, once.
+        let now = std::cell::OnceCell::new();
+        self.run(a, &|| *now.get_or_init(Timestamp::now), None)
     }
 }
