@@ -42,6 +42,8 @@ pub(crate) struct Access {
     pub rbac: AtomicBool,
     /// Signs and verifies ServiceAccount tokens.
     pub issuer: RwLock<Option<Arc<kubeforge_authz::satoken::TokenIssuer>>>,
+    /// Where audit events go, and which.
+    pub audit: RwLock<Option<Arc<crate::audit::AuditLog>>>,
     /// Proxies whose `X-Forwarded-For` names the client.
     pub trusted_proxies: RwLock<Arc<[IpNet]>>,
     /// Bumped after every committed RBAC or access-policy write.
@@ -74,6 +76,11 @@ impl Access {
     /// The current generation of RBAC and access-policy objects.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// The audit log, when on.
+    pub fn audit(&self) -> Option<Arc<crate::audit::AuditLog>> {
+        self.audit.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The trusted proxies.

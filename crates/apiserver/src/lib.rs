@@ -23,6 +23,7 @@
 mod access_policy;
 mod admission;
 mod aggregated;
+pub mod audit;
 mod authn;
 mod authz;
 pub mod body;

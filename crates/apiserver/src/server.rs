@@ -203,16 +203,40 @@ impl ApiServer {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         let started = std::time::Instant::now();
-        let resp = match crate::recover::catch_unwind(self.dispatch(req)).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => codec::respond_error(&e),
-            Err(_) => codec::respond_error(&crate::recover::panicked(&method, &path)),
+        let mut audit: Option<crate::audit::Record> = None;
+        let answer = crate::recover::catch_unwind(self.dispatch(req, &mut audit)).await;
+        let (mut resp, error, panicked) = match answer {
+            Ok(Ok(r)) => (r, None, false),
+            Ok(Err(e)) => (codec::respond_error(&e), Some(e), false),
+            Err(_) => {
+                let e = crate::recover::panicked(&method, &path);
+                (codec::respond_error(&e), Some(e), true)
+            }
         };
+        if let Some(record) = audit.take() {
+            if let Ok(id) = http::HeaderValue::from_str(record.id()) {
+                resp.headers_mut().insert("audit-id", id);
+            }
+            let body = match resp.body() {
+                ApiBody::Full(Some(b)) if error.is_none() => Some(b.clone()),
+                _ => None,
+            };
+            record.finish(
+                resp.status().as_u16(),
+                error.as_ref(),
+                body.as_ref(),
+                panicked,
+            );
+        }
         tracing::debug!(%method, %path, status = resp.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64, "request");
         resp
     }
 
-    async fn dispatch<B>(&self, req: Request<B>) -> ApiResult<Response<ApiBody>>
+    async fn dispatch<B>(
+        &self,
+        req: Request<B>,
+        audit: &mut Option<crate::audit::Record>,
+    ) -> ApiResult<Response<ApiBody>>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
@@ -240,23 +264,77 @@ impl ApiServer {
         // impersonation (impersonation.rs) → authorization (authz.rs) → the handler: decode, admission
         // (mutating), validation, admission (validating), storage (rest.rs).
         let access = &self.inner.access;
-        let user = crate::authn::authenticate(self, access.authentication().as_deref(), &parts)?;
-        let path = parts.uri.path().to_string();
-        let user = crate::impersonation::impersonate(self, user, &mut parts.headers, &path)?;
-        if access.rbac_enabled() {
-            let attrs = crate::authz::attributes(
-                (*user).clone(),
-                &parts.method,
-                parts.uri.path(),
-                &r,
-                &query,
-            );
-            let mut attrs = attrs;
-            attrs.source = Some(crate::authz::client_address(
-                &parts,
+        let log = access.audit();
+        let attributes_of = |user: UserInfo, parts: &http::request::Parts| {
+            let mut a = crate::authz::attributes(user, &parts.method, parts.uri.path(), &r, &query);
+            a.source = Some(crate::authz::client_address(
+                parts,
                 &access.trusted_proxies(),
             ));
-            access.authorize(self, &attrs)?;
+            a
+        };
+        let uri = || {
+            parts
+                .uri
+                .path_and_query()
+                .map_or_else(|| parts.uri.path().to_string(), ToString::to_string)
+        };
+        let user_agent = || {
+            parts
+                .headers
+                .get(http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let requester =
+            match crate::authn::authenticate(self, access.authentication().as_deref(), &parts) {
+                Ok(u) => u,
+                Err(e) => {
+                    if let Some(log) = &log {
+                        let a = attributes_of(UserInfo::default(), &parts);
+                        crate::audit::unauthenticated(log, &a, &uri(), user_agent().as_deref());
+                    }
+                    return Err(e);
+                }
+            };
+        // Audit sees the requester (kube's audit filter runs before
+        // impersonation) and records whom it acts as.
+        let mut attrs = None;
+        if let Some(log) = &log {
+            let a = attributes_of((*requester).clone(), &parts);
+            *audit = crate::audit::Record::start(
+                log,
+                &a,
+                &requester,
+                &uri(),
+                user_agent().as_deref(),
+                jiff::Timestamp::now(),
+            );
+            attrs = Some(a);
+        }
+        let path = parts.uri.path().to_string();
+        let user =
+            crate::impersonation::impersonate(self, requester.clone(), &mut parts.headers, &path)?;
+        if let Some(record) = audit.as_mut()
+            && !Arc::ptr_eq(&user, &requester)
+        {
+            record.impersonated(&user);
+        }
+        if access.rbac_enabled() {
+            let a = match attrs.take() {
+                Some(mut a) => {
+                    a.user = (*user).clone();
+                    a
+                }
+                None => attributes_of((*user).clone(), &parts),
+            };
+            let d = access.decide(self, &a);
+            if let Some(record) = audit.as_mut() {
+                record.authorized(d.allowed(), d.reason());
+            }
+            if !d.allowed() {
+                return Err(crate::authz::forbidden(&a, d.reason()));
+            }
         }
         if !matches!(r, Route::Resource(_))
             && parts.method != Method::GET
@@ -304,6 +382,9 @@ impl ApiServer {
                     Some(b) => read_body(b).await?,
                     None => Bytes::new(),
                 };
+                if let Some(record) = audit.as_mut() {
+                    record.request_body(&body);
+                }
                 crate::rest::serve(self, p, parts.method, parts.headers, query, body, user).await
             }
         }
@@ -525,6 +606,17 @@ impl ApiServer {
             crate::access_policy::ensure_crds(self).await?;
         }
         Ok(())
+    }
+
+    /// Write audit events (kube's `--audit-policy-file` and
+    /// `--audit-log-path`); `None` turns audit off (the default).
+    pub fn set_audit(&self, log: Option<crate::audit::AuditLog>) {
+        *self
+            .inner
+            .access
+            .audit
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = log.map(Arc::new);
     }
 
     /// Proxies (by network) whose `X-Forwarded-For` header names the

@@ -115,6 +115,20 @@ struct ServeArgs {
     /// Repeatable or comma-separated.
     #[arg(long = "authz-trusted-proxies", value_name = "CIDR", value_delimiter = ',', value_parser = parse_cidr)]
     trusted_proxies: Vec<kubeforge_apimachinery::net::IpNet>,
+    /// Write audit events (`audit.k8s.io/v1` Event JSON lines) here,
+    /// chosen by --audit-policy-file (without one: every request at
+    /// Metadata level).
+    #[arg(long, value_name = "FILE")]
+    audit_log_path: Option<PathBuf>,
+    /// kube's audit Policy (`audit.k8s.io/v1`, YAML or JSON).
+    #[arg(long, value_name = "FILE", requires = "audit_log_path")]
+    audit_policy_file: Option<PathBuf>,
+    /// Rotate the audit log when it reaches this many megabytes (0: never).
+    #[arg(long, default_value_t = 100)]
+    audit_log_maxsize: u64,
+    /// How many rotated audit logs to keep (0: all).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxbackup: usize,
     /// Where the API server reaches admission webhooks configured with
     /// `clientConfig.service` (there is no service network here):
     /// `NAMESPACE/NAME[:PORT]=HOST:PORT`, the service port defaulting to
@@ -168,6 +182,28 @@ fn parse_webhook_service(s: &str) -> Result<WebhookService, String> {
         port,
         addr,
     })
+}
+
+/// The audit log the flags ask for, if any.
+fn audit_log(args: &ServeArgs) -> Result<Option<kubeforge_apiserver::audit::AuditLog>> {
+    use kubeforge_apiserver::audit::{AuditLog, Level, Policy};
+    let Some(path) = &args.audit_log_path else {
+        return Ok(None);
+    };
+    let policy = match &args.audit_policy_file {
+        Some(file) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("reading the audit policy {}", file.display()))?;
+            Policy::parse(&text).with_context(|| format!("loading {}", file.display()))?
+        }
+        None => Policy::everything(Level::Metadata),
+    };
+    Ok(Some(AuditLog::open(
+        policy,
+        path,
+        args.audit_log_maxsize,
+        args.audit_log_maxbackup,
+    )?))
 }
 
 fn parse_cidr(s: &str) -> Result<kubeforge_apimachinery::net::IpNet, String> {
@@ -238,6 +274,7 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     let server = ApiServer::new(store.clone())
         .await
         .map_err(|e| anyhow::anyhow!("starting the API server: {e}"))?;
+    server.set_audit(audit_log(&args)?);
     for w in &args.webhook_services {
         server.set_service_address(&w.namespace, &w.name, w.port, w.addr);
     }

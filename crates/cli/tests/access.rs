@@ -599,3 +599,117 @@ spec:
     let _ = webhook.wait();
     c.stop();
 }
+
+/// `--audit-log-path` with kube's audit Policy: an `audit.k8s.io/v1` Event
+/// per request stage, as JSON lines, with the requester, whom it
+/// impersonates, the decision and the answer; bodies at the levels that
+/// keep them.
+#[test]
+fn the_audit_log_has_an_event_per_request_stage() {
+    let dir = common::TempDir::new("audit");
+    let policy = dir.0.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  nonResourceURLs: ["/openapi*", "/api", "/apis", "/api/*", "/apis/*"]
+- level: RequestResponse
+  resources: [{group: "", resources: [configmaps]}]
+- level: Metadata
+"#,
+    )
+    .expect("policy");
+    let log = dir.0.join("logs/audit.log");
+    let c = Cluster::start(&[
+        "--memory",
+        "--audit-policy-file",
+        policy.to_str().expect("utf-8"),
+        "--audit-log-path",
+        log.to_str().expect("utf-8"),
+    ]);
+    let k = default_kubectl();
+    c.ok(
+        &k,
+        &["create", "configmap", "settings", "--from-literal=a=b"],
+    );
+    c.ok(&k, &["get", "namespaces"]);
+    c.fails(&k, &["get", "secrets", "--as", "mallory"]);
+    let out = Command::new("curl")
+        .args(["-sk", &format!("{}/api/v1/pods", c.url)])
+        .output()
+        .expect("curl");
+    assert!(text_of(&out.stdout).contains("Unauthorized"));
+    c.stop();
+
+    let text = std::fs::read_to_string(&log).expect("the audit log");
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is one JSON event"))
+        .collect();
+    for e in &events {
+        assert_eq!(e["apiVersion"], "audit.k8s.io/v1");
+        assert_eq!(e["kind"], "Event");
+        assert_ne!(e["stage"], "RequestReceived", "omitted by the policy: {e}");
+        assert!(
+            e["auditID"].as_str().is_some_and(|id| id.len() == 36),
+            "{e}"
+        );
+        assert!(
+            !e["requestURI"]
+                .as_str()
+                .unwrap_or("/")
+                .starts_with("/openapi"),
+            "level None: {e}"
+        );
+    }
+    let find = |verb: &str, resource: &str| {
+        events
+            .iter()
+            .find(|e| {
+                e["verb"] == verb
+                    && e["objectRef"]["resource"] == resource
+                    && e["user"]["username"] == "kubernetes-admin"
+            })
+            .unwrap_or_else(|| panic!("no {verb} {resource} event by the admin in:\n{text}"))
+    };
+    let create = find("create", "configmaps");
+    assert_eq!(create["level"], "RequestResponse");
+    assert_eq!(create["stage"], "ResponseComplete");
+    assert_eq!(create["user"]["username"], "kubernetes-admin");
+    assert_eq!(create["sourceIPs"], serde_json::json!(["127.0.0.1"]));
+    assert!(
+        create["userAgent"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("kubectl")),
+        "{create}"
+    );
+    assert_eq!(create["objectRef"]["namespace"], "default");
+    assert_eq!(create["responseStatus"]["code"], 201);
+    assert_eq!(create["requestObject"]["data"]["a"], "b");
+    assert_eq!(create["responseObject"]["metadata"]["name"], "settings");
+    assert_eq!(
+        create["annotations"]["authorization.k8s.io/decision"],
+        "allow"
+    );
+    let list = find("list", "namespaces");
+    assert_eq!(list["level"], "Metadata");
+    assert_eq!(list["responseStatus"]["code"], 200);
+    assert!(list.get("responseObject").is_none(), "{list}");
+    let refused = find("list", "secrets");
+    assert_eq!(refused["impersonatedUser"]["username"], "mallory");
+    assert_eq!(refused["responseStatus"]["code"], 403);
+    assert_eq!(refused["responseStatus"]["reason"], "Forbidden");
+    assert_eq!(
+        refused["annotations"]["authorization.k8s.io/decision"],
+        "forbid"
+    );
+    let anonymous = events
+        .iter()
+        .find(|e| e["responseStatus"]["code"] == 401)
+        .unwrap_or_else(|| panic!("no 401 event in:\n{text}"));
+    assert_eq!(anonymous["stage"], "ResponseStarted");
+    assert_eq!(anonymous["requestURI"], "/api/v1/pods");
+}
