@@ -543,7 +543,17 @@ async fn selectors_subresources_old_objects_and_services() {
         ]
     );
     let create = &seen[0];
-    assert_eq!(create.user_info.username.as_deref(), Some("system:admin"));
+    assert_eq!(
+        create.user_info.username.as_deref(),
+        Some("system:apiserver")
+    );
+    assert!(
+        create
+            .user_info
+            .groups
+            .as_ref()
+            .is_some_and(|g| g.iter().any(|g| g == "system:masters"))
+    );
     assert_eq!(create.namespace.as_deref(), Some("default"));
     assert_eq!(create.resource.resource, "pods");
     assert!(create.old_object.is_none());

@@ -398,17 +398,7 @@ fn micro_time(t: jiff::Timestamp) -> String {
 }
 
 fn user_json(u: &UserInfo) -> Value {
-    let mut o = json!({"username": u.name});
-    if !u.uid.is_empty() {
-        o["uid"] = json!(u.uid);
-    }
-    if !u.groups.is_empty() {
-        o["groups"] = json!(u.groups);
-    }
-    if !u.extra.is_empty() {
-        o["extra"] = json!(u.extra);
-    }
-    o
+    crate::reviews::user_info(u)
 }
 
 /// One request being audited.

@@ -7,14 +7,17 @@
 //!   request's user, and `status` starts empty — nobody creates an approved
 //!   request;
 //! - the main resource cannot change `spec` or `status`; `/status` cannot
-//!   change `spec` or the conditions (it sets `status.certificate`);
+//!   change `spec` or the Approved/Denied conditions (a signer sets
+//!   `status.certificate`, or adds `Failed`);
 //!   `/approval` changes only the conditions;
 //! - `Approved` and `Denied` exclude each other, `Approved`/`Denied`/`Failed`
 //!   may only be `True`, and none of them can be removed once set.
 //!
-//! Nothing signs yet: `status.certificate` stays empty until a signer
-//! writes it through `/status`. `spec.request` must be a PEM `CERTIFICATE
-//! REQUEST` block; its DER and signature are not checked.
+//! The server signs nothing itself: `kubeforge up` runs the
+//! `kube-apiserver-client` signer (`kubeforge_controllers::certificates`),
+//! which writes `status.certificate` through `/status`. `spec.request`
+//! must be a PEM `CERTIFICATE REQUEST` block; the signer checks its DER
+//! and signature.
 
 use kubeforge_apimachinery::names::Cause as FieldCause;
 use serde_json::{Value, json};
@@ -93,9 +96,20 @@ pub(crate) fn prepare_create(ctx: &Ctx<'_>, obj: &mut Value, name: &str) -> ApiR
         return Ok(());
     }
     if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.insert("username".into(), json!(crate::admission::REQUEST_USER));
-        spec.insert("groups".into(), json!(crate::admission::REQUEST_GROUPS));
-        spec.remove("uid");
+        // kube's PrepareForCreate: the requestor is who sent it.
+        let u = &ctx.user;
+        spec.insert("username".into(), json!(u.name));
+        spec.insert("groups".into(), json!(u.groups));
+        if u.uid.is_empty() {
+            spec.remove("uid");
+        } else {
+            spec.insert("uid".into(), json!(u.uid));
+        }
+        if u.extra.is_empty() {
+            spec.remove("extra");
+        } else {
+            spec.insert("extra".into(), json!(u.extra));
+        }
     }
     if let Some(m) = obj.as_object_mut() {
         m.insert("status".into(), json!({}));
@@ -130,13 +144,50 @@ pub(crate) fn prepare_update(
             };
         }
         Sub::Status => {
-            let kept = old.pointer("/status/conditions").cloned();
+            // kube's csrStatusStrategy: the Approved and Denied instances
+            // stay as they were (a signer adds Failed here); adding or
+            // removing one is refused.
+            let old_conditions = conditions(old).to_vec();
             let status = m.entry("status").or_insert_with(|| json!({}));
             if let Some(st) = status.as_object_mut() {
-                match kept {
-                    Some(c) => st.insert("conditions".into(), c),
-                    None => st.remove("conditions"),
-                };
+                let mut new_conditions: Vec<Value> = st
+                    .get("conditions")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                for kind in ["Approved", "Denied"] {
+                    let at = |cs: &[Value]| -> Vec<usize> {
+                        cs.iter()
+                            .enumerate()
+                            .filter(|(_, c)| cond_type(c) == kind)
+                            .map(|(i, _)| i)
+                            .collect()
+                    };
+                    let (was, now) = (at(&old_conditions), at(&new_conditions));
+                    if was.len() != now.len() {
+                        let verb = if now.len() > was.len() {
+                            "add"
+                        } else {
+                            "remove"
+                        };
+                        return check(
+                            ctx,
+                            name,
+                            vec![FieldCause::forbidden(
+                                "status.conditions",
+                                &format!("updates may not {verb} a condition of type {:?}", kind),
+                            )],
+                        );
+                    }
+                    for (o, n) in was.into_iter().zip(now) {
+                        new_conditions[n] = old_conditions[o].clone();
+                    }
+                }
+                if new_conditions.is_empty() {
+                    st.remove("conditions");
+                } else {
+                    st.insert("conditions".into(), Value::Array(new_conditions));
+                }
             }
         }
         // approval_object already kept all but the conditions.

@@ -340,6 +340,26 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     } else {
         None
     };
+    // kube-controller-manager's csrsigning for kube-apiserver-client, with
+    // the cluster CA: an approved CSR yields a client certificate.
+    let signer = if up && !args.insecure_http {
+        let dir = args.data_dir.join("pki");
+        let read = |f: &str| {
+            std::fs::read_to_string(dir.join(f))
+                .with_context(|| format!("reading {}", dir.join(f).display()))
+        };
+        let signer =
+            kubeforge_controllers::certificates::CsrSigner::new(&read("ca.crt")?, &read("ca.key")?)
+                .context("loading the cluster CA for the CSR signer")?;
+        let mgr = kubeforge_runtime::Manager::builder(server.builtin_client())
+            .handle_signals(false)
+            .build();
+        kubeforge_controllers::certificates::register(&mgr, signer);
+        let handle = mgr.shutdown_handle();
+        Some((handle, tokio::spawn(mgr.run())))
+    } else {
+        None
+    };
     let cluster = match cluster {
         Some(c) => Some(cluster::start(&server, c).await?),
         None => None,
@@ -363,6 +383,12 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     println!("  API server: {scheme}://{addr}");
     if controllers.is_some() {
         println!("  controllers: {}", kubeforge_controllers::BUILTIN_NAMES);
+    }
+    if signer.is_some() {
+        println!(
+            "  signer:     {}",
+            kubeforge_controllers::certificates::SIGNER
+        );
     }
     for w in &args.webhook_services {
         println!(
@@ -394,6 +420,10 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
         .context("serving HTTP")?;
     if let Some(c) = cluster {
         c.stop().await;
+    }
+    if let Some((handle, task)) = signer {
+        handle.shutdown();
+        let _ = task.await;
     }
     if let Some(c) = controllers {
         c.stop().await;

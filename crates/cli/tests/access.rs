@@ -432,6 +432,25 @@ spec:
     c.stop();
 }
 
+/// A kubeconfig for the cluster `c` with the given `user:` block.
+fn user_kubeconfig(c: &Cluster, name: &str, user: &str) -> std::path::PathBuf {
+    let admin = std::fs::read_to_string(&c.kubeconfig).expect("kubeconfig");
+    let ca = admin
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
+        .expect("the kubeconfig has the CA");
+    let path = c.dir.0.join(format!("{name}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: {}, certificate-authority-data: {ca}}}\nusers:\n- name: u\n  user: {user}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
+            c.url
+        ),
+    )
+    .expect("write kubeconfig");
+    path
+}
+
 fn text_of(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -489,21 +508,7 @@ spec:
             "kubeforge-system",
         ],
     );
-    let admin = std::fs::read_to_string(&c.kubeconfig).expect("kubeconfig");
-    let ca = admin
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
-        .expect("the kubeconfig has the CA");
-    let sa_config = c.dir.0.join("authz-webhook.kubeconfig");
-    std::fs::write(
-        &sa_config,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: {}, certificate-authority-data: {ca}}}\nusers:\n- name: u\n  user: {{token: {}}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
-            c.url,
-            token.trim()
-        ),
-    )
-    .expect("write kubeconfig");
+    let sa_config = user_kubeconfig(&c, "authz-webhook", &format!("{{token: {}}}", token.trim()));
     let certs = c.dir.0.join("authz-certs");
     let mut webhook = Command::new(env!("CARGO_BIN_EXE_kubeforge"))
         .args([
@@ -712,4 +717,146 @@ rules:
         .unwrap_or_else(|| panic!("no 401 event in:\n{text}"));
     assert_eq!(anonymous["stage"], "ResponseStarted");
     assert_eq!(anonymous["requestURI"], "/api/v1/pods");
+}
+
+/// A CSR for the `kube-apiserver-client` signer, approved with `kubectl
+/// certificate approve`, yields a certificate that authenticates as its
+/// subject (CN user, O groups); one asking for server auth is failed with
+/// kube's reason instead.
+#[test]
+fn an_approved_csr_gives_a_client_certificate_that_authenticates() {
+    let c = Cluster::start(&["--memory"]);
+    let k = default_kubectl();
+    let key = c.dir.0.join("carol.key");
+    let csr = c.dir.0.join("carol.csr");
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            text_of(&out.stderr)
+        );
+    };
+    openssl(&[
+        "ecparam",
+        "-name",
+        "prime256v1",
+        "-genkey",
+        "-noout",
+        "-out",
+        key.to_str().expect("utf-8"),
+    ]);
+    openssl(&[
+        "req",
+        "-new",
+        "-key",
+        key.to_str().expect("utf-8"),
+        "-subj",
+        "/CN=carol/O=devs",
+        "-out",
+        csr.to_str().expect("utf-8"),
+    ]);
+    use base64::Engine as _;
+    let request =
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(&csr).expect("csr"));
+    let manifest = |name: &str, usage: &str| {
+        format!(
+            "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata: {{name: {name}}}\nspec:\n  request: {request}\n  signerName: kubernetes.io/kube-apiserver-client\n  expirationSeconds: 3600\n  usages: [{usage}]\n"
+        )
+    };
+    for (name, usage) in [("carol", "client auth"), ("carol-server", "server auth")] {
+        let out = c.kubectl_stdin(&k, &["create", "-f", "-"], Some(&manifest(name, usage)));
+        assert!(out.status.success(), "{}", text_of(&out.stderr));
+        c.ok(&k, &["certificate", "approve", name]);
+    }
+    let field =
+        |name: &str, path: &str| c.ok(&k, &["get", "csr", name, "-o", &format!("jsonpath={path}")]);
+    let mut cert = String::new();
+    for _ in 0..200 {
+        cert = field("carol", "{.status.certificate}");
+        if !cert.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert!(!cert.is_empty(), "carol's certificate was never issued");
+    // The requestor is whoever sent the request.
+    assert_eq!(field("carol", "{.spec.username}"), "kubernetes-admin");
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(cert.trim())
+        .expect("base64");
+    let crt = c.dir.0.join("carol.crt");
+    std::fs::write(&crt, &pem).expect("write cert");
+    // The certificate is carol's, for client auth, about an hour long.
+    let text = Command::new("openssl")
+        .args([
+            "x509",
+            "-noout",
+            "-subject",
+            "-ext",
+            "extendedKeyUsage",
+            "-in",
+        ])
+        .arg(&crt)
+        .output()
+        .expect("openssl x509");
+    let text = text_of(&text.stdout);
+    assert!(
+        text.contains("CN=carol") || text.contains("CN = carol"),
+        "{text}"
+    );
+    assert!(text.contains("TLS Web Client Authentication"), "{text}");
+    // …and it authenticates.
+    let carol = user_kubeconfig(
+        &c,
+        "carol",
+        &format!(
+            "{{client-certificate: {}, client-key: {}}}",
+            crt.display(),
+            key.display()
+        ),
+    );
+    let who = c.ok(
+        &k,
+        &[
+            "auth",
+            "whoami",
+            "--kubeconfig",
+            carol.to_str().expect("utf-8"),
+        ],
+    );
+    let r = rows(&who);
+    assert!(
+        r.contains(&vec!["Username".into(), "carol".into()]),
+        "{who}"
+    );
+    assert!(
+        r.contains(&vec![
+            "Groups".into(),
+            "[devs".into(),
+            "system:authenticated]".into()
+        ]),
+        "{who}"
+    );
+    // A server-auth request is not this signer's to grant.
+    let mut reason = String::new();
+    for _ in 0..200 {
+        reason = field(
+            "carol-server",
+            r#"{.status.conditions[?(@.type=="Failed")].reason} {.status.conditions[?(@.type=="Failed")].message}"#,
+        );
+        if !reason.trim().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert_eq!(
+        reason,
+        "SignerValidationFailure invalid usage for client certificate: server auth"
+    );
+    assert!(field("carol-server", "{.status.certificate}").is_empty());
+    c.stop();
 }

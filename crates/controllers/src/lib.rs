@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub mod catalog;
+pub mod certificates;
 pub mod gc;
 mod gc_graph;
 mod gc_object;

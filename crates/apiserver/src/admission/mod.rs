@@ -42,14 +42,6 @@ use crate::error::{ApiError, ApiResult};
 use crate::server::ApiServer;
 use config::{ConfigCache, RequestInfo, SideEffects, Webhook};
 
-/// The user every request is made as: the server authenticates nobody on
-/// loopback, and treats each request as the cluster admin's (what webhooks
-/// see in `userInfo`, and what a CertificateSigningRequest records as its
-/// requestor).
-pub(crate) const REQUEST_USER: &str = "system:admin";
-/// The groups of [`REQUEST_USER`].
-pub(crate) const REQUEST_GROUPS: &[&str] = &["system:masters", "system:authenticated"];
-
 /// Largest webhook answer read.
 const MAX_RESPONSE: usize = 3 * 1024 * 1024;
 
@@ -278,7 +270,7 @@ fn review(ctx: &Ctx<'_>, r: &Request<'_>, uid: &str, obj: Option<&Value>) -> Val
         "requestResource": gvr,
         "name": r.name,
         "operation": r.operation.as_str(),
-        "userInfo": {"username": REQUEST_USER, "groups": REQUEST_GROUPS},
+        "userInfo": crate::reviews::user_info(&ctx.user),
         "object": obj.cloned().unwrap_or(Value::Null),
         "oldObject": r.old.cloned().unwrap_or(Value::Null),
         "dryRun": r.dry_run,
