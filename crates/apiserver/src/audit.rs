@@ -635,8 +635,13 @@ rules:
             p.evaluate(&attrs("u", "get", "a", "pods", "log")).0,
             Level::RequestResponse
         );
+        // kube's "resource/*" also matches the resource itself.
         assert_eq!(
             p.evaluate(&attrs("u", "get", "a", "pods", "")).0,
+            Level::RequestResponse
+        );
+        assert_eq!(
+            p.evaluate(&attrs("u", "get", "a", "services", "")).0,
             Level::Metadata
         );
         assert_eq!(

@@ -2,7 +2,10 @@
 //! that every client relies on: `cluster-admin` for `system:masters`,
 //! discovery and the self-reviews for every authenticated user, health and
 //! version for everyone, the token issuer's OIDC documents for every
-//! ServiceAccount. Made at start when missing, labelled and annotated
+//! ServiceAccount; and the user-facing `admin`, `edit` and `view`, which
+//! aggregate the `system:aggregate-to-*` roles (and anything else labelled
+//! `rbac.authorization.k8s.io/aggregate-to-*`) once the aggregation
+//! controller runs. Made at start when missing, labelled and annotated
 //! as kube's are (`kubernetes.io/bootstrapping=rbac-defaults`,
 //! `rbac.authorization.kubernetes.io/autoupdate: "true"`).
 
@@ -19,6 +22,224 @@ fn meta(name: &str) -> Value {
         "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
         "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
     })
+}
+
+const READ: [&str; 3] = ["get", "list", "watch"];
+const WRITE: [&str; 5] = ["create", "delete", "deletecollection", "patch", "update"];
+
+fn rule(verbs: &[&str], group: &str, resources: &[&str]) -> Value {
+    json!({"apiGroups": [group], "resources": resources, "verbs": verbs})
+}
+
+/// kube's `system:aggregate-to-{admin,edit,view}` (bootstrappolicy), and
+/// the aggregating `admin`, `edit`, `view`: `(name, labels, rules,
+/// aggregated label)`.
+fn aggregated_roles() -> Vec<(&'static str, Value, Value, Option<&'static str>)> {
+    let read_write: Vec<&str> = READ.iter().chain(WRITE.iter()).copied().collect();
+    let to = |k: &str| json!({format!("rbac.authorization.k8s.io/aggregate-to-{k}"): "true"});
+    vec![
+        ("admin", json!({}), json!([]), Some("admin")),
+        ("edit", to("admin"), json!([]), Some("edit")),
+        ("view", to("edit"), json!([]), Some("view")),
+        (
+            "system:aggregate-to-admin",
+            to("admin"),
+            json!([
+                rule(
+                    &["create"],
+                    "authorization.k8s.io",
+                    &["localsubjectaccessreviews"]
+                ),
+                rule(
+                    &read_write,
+                    "rbac.authorization.k8s.io",
+                    &["roles", "rolebindings"]
+                ),
+            ]),
+            None,
+        ),
+        (
+            "system:aggregate-to-edit",
+            to("edit"),
+            json!([
+                rule(
+                    &READ,
+                    "",
+                    &[
+                        "pods/attach",
+                        "pods/proxy",
+                        "pods/exec",
+                        "pods/portforward",
+                        "secrets",
+                        "services/proxy"
+                    ]
+                ),
+                rule(&["impersonate"], "", &["serviceaccounts"]),
+                rule(
+                    &WRITE,
+                    "",
+                    &[
+                        "pods",
+                        "pods/attach",
+                        "pods/proxy",
+                        "pods/exec",
+                        "pods/portforward"
+                    ]
+                ),
+                rule(
+                    &WRITE,
+                    "",
+                    &[
+                        "replicationcontrollers",
+                        "replicationcontrollers/scale",
+                        "serviceaccounts",
+                        "services",
+                        "services/proxy",
+                        "endpoints",
+                        "persistentvolumeclaims",
+                        "configmaps",
+                        "secrets"
+                    ]
+                ),
+                rule(
+                    &WRITE,
+                    "apps",
+                    &[
+                        "statefulsets",
+                        "statefulsets/scale",
+                        "daemonsets",
+                        "deployments",
+                        "deployments/scale",
+                        "deployments/rollback",
+                        "replicasets",
+                        "replicasets/scale"
+                    ]
+                ),
+                rule(&WRITE, "autoscaling", &["horizontalpodautoscalers"]),
+                rule(&WRITE, "batch", &["jobs", "cronjobs"]),
+                rule(
+                    &WRITE,
+                    "extensions",
+                    &[
+                        "daemonsets",
+                        "deployments",
+                        "deployments/scale",
+                        "deployments/rollback",
+                        "ingresses",
+                        "replicasets",
+                        "replicasets/scale",
+                        "replicationcontrollers/scale",
+                        "networkpolicies"
+                    ]
+                ),
+                rule(&WRITE, "policy", &["poddisruptionbudgets"]),
+                rule(
+                    &WRITE,
+                    "networking.k8s.io",
+                    &["networkpolicies", "ingresses"]
+                ),
+            ]),
+            None,
+        ),
+        (
+            "system:aggregate-to-view",
+            to("view"),
+            json!([
+                rule(
+                    &READ,
+                    "",
+                    &[
+                        "pods",
+                        "replicationcontrollers",
+                        "replicationcontrollers/scale",
+                        "serviceaccounts",
+                        "services",
+                        "services/status",
+                        "endpoints",
+                        "persistentvolumeclaims",
+                        "persistentvolumeclaims/status",
+                        "configmaps"
+                    ]
+                ),
+                rule(
+                    &READ,
+                    "",
+                    &[
+                        "limitranges",
+                        "resourcequotas",
+                        "bindings",
+                        "events",
+                        "pods/status",
+                        "resourcequotas/status",
+                        "namespaces/status",
+                        "replicationcontrollers/status",
+                        "pods/log"
+                    ]
+                ),
+                rule(&READ, "", &["namespaces"]),
+                rule(
+                    &READ,
+                    "apps",
+                    &[
+                        "controllerrevisions",
+                        "statefulsets",
+                        "statefulsets/status",
+                        "statefulsets/scale",
+                        "daemonsets",
+                        "daemonsets/status",
+                        "deployments",
+                        "deployments/status",
+                        "deployments/scale",
+                        "replicasets",
+                        "replicasets/status",
+                        "replicasets/scale"
+                    ]
+                ),
+                rule(
+                    &READ,
+                    "autoscaling",
+                    &[
+                        "horizontalpodautoscalers",
+                        "horizontalpodautoscalers/status"
+                    ]
+                ),
+                rule(
+                    &READ,
+                    "batch",
+                    &["jobs", "cronjobs", "cronjobs/status", "jobs/status"]
+                ),
+                rule(
+                    &READ,
+                    "extensions",
+                    &[
+                        "daemonsets",
+                        "daemonsets/status",
+                        "deployments",
+                        "deployments/scale",
+                        "deployments/status",
+                        "ingresses",
+                        "ingresses/status",
+                        "replicasets",
+                        "replicasets/scale",
+                        "replicasets/status",
+                        "replicationcontrollers/scale",
+                        "networkpolicies"
+                    ]
+                ),
+                rule(
+                    &READ,
+                    "policy",
+                    &["poddisruptionbudgets", "poddisruptionbudgets/status"]
+                ),
+                rule(
+                    &READ,
+                    "networking.k8s.io",
+                    &["networkpolicies", "ingresses", "ingresses/status"]
+                ),
+            ]),
+            None,
+        ),
+    ]
 }
 
 /// `(name, rules)` of the bootstrap ClusterRoles.
@@ -91,6 +312,25 @@ const CLUSTER_ROLE_BINDINGS: &[(&str, &str, &[&str])] = &[
 
 /// Create the bootstrap roles and bindings that are missing.
 pub(crate) async fn ensure(server: &ApiServer) -> ApiResult<()> {
+    for (name, labels, rules, gathers) in aggregated_roles() {
+        let mut m = meta(name);
+        if let (Some(l), Some(extra)) = (m["labels"].as_object_mut(), labels.as_object()) {
+            l.extend(extra.clone());
+        }
+        let mut role =
+            json!({"apiVersion": GV, "kind": "ClusterRole", "metadata": m, "rules": rules});
+        if let Some(k) = gathers {
+            role["aggregationRule"] = json!({"clusterRoleSelectors": [
+                {"matchLabels": {format!("rbac.authorization.k8s.io/aggregate-to-{k}"): "true"}}
+            ]});
+        }
+        crate::rest::ensure_object(
+            server,
+            ("rbac.authorization.k8s.io", "v1", "clusterroles"),
+            role,
+        )
+        .await?;
+    }
     for (name, rules) in cluster_roles() {
         crate::rest::ensure_object(
             server,

@@ -860,3 +860,123 @@ fn an_approved_csr_gives_a_client_certificate_that_authenticates() {
     assert!(field("carol-server", "{.status.certificate}").is_empty());
     c.stop();
 }
+
+/// kube's `admin`, `edit` and `view` exist and aggregate: bound with a
+/// RoleBinding they grant what kube's grant, and a ClusterRole labelled
+/// `aggregate-to-edit` joins `edit` and `admin`.
+#[test]
+fn admin_edit_and_view_aggregate_their_parts() {
+    let c = Cluster::start(&["--memory"]);
+    let k = default_kubectl();
+    c.ok(&k, &["create", "namespace", "team"]);
+    c.ok(
+        &k,
+        &[
+            "create",
+            "rolebinding",
+            "dana-edits",
+            "--clusterrole=edit",
+            "--user=dana",
+            "-n",
+            "team",
+        ],
+    );
+    c.ok(
+        &k,
+        &[
+            "create",
+            "rolebinding",
+            "vic-views",
+            "--clusterrole=view",
+            "--user=vic",
+            "-n",
+            "team",
+        ],
+    );
+    let can = |user: &str, args: &[&str]| {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-n", "team", "--as", user]);
+        String::from_utf8_lossy(&c.kubectl(&k, &all).stdout)
+            .trim()
+            .to_string()
+    };
+    // The aggregation controller fills the rules shortly after start.
+    let mut answer = String::new();
+    for _ in 0..200 {
+        answer = can("dana", &["create", "deployments.apps"]);
+        if answer == "yes" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert_eq!(answer, "yes");
+    assert_eq!(can("dana", &["get", "secrets"]), "yes");
+    assert_eq!(can("dana", &["create", "pods/exec"]), "yes");
+    assert_eq!(
+        can(
+            "dana",
+            &["create", "rolebindings.rbac.authorization.k8s.io"]
+        ),
+        "no"
+    );
+    assert_eq!(can("dana", &["update", "resourcequotas"]), "no");
+    assert_eq!(can("vic", &["list", "pods"]), "yes");
+    assert_eq!(can("vic", &["get", "pods/log"]), "yes");
+    assert_eq!(can("vic", &["get", "secrets"]), "no");
+    assert_eq!(can("vic", &["delete", "pods"]), "no");
+    let labels = c.ok(
+        &k,
+        &[
+            "get",
+            "clusterrole",
+            "view",
+            "-o",
+            "jsonpath={.metadata.labels}",
+        ],
+    );
+    assert!(
+        labels.contains(r#""rbac.authorization.k8s.io/aggregate-to-edit":"true""#),
+        "{labels}"
+    );
+    // A role labelled aggregate-to-edit joins edit (and admin through
+    // edit's own label).
+    let quotas = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: quota-editor
+  labels: {rbac.authorization.k8s.io/aggregate-to-edit: "true"}
+rules: [{apiGroups: [""], resources: [resourcequotas], verbs: [update]}]
+"#;
+    let out = c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(quotas));
+    assert!(out.status.success(), "{}", text_of(&out.stderr));
+    c.ok(
+        &k,
+        &[
+            "create",
+            "rolebinding",
+            "ada-admins",
+            "--clusterrole=admin",
+            "--user=ada",
+            "-n",
+            "team",
+        ],
+    );
+    let mut answer = String::new();
+    for _ in 0..200 {
+        answer = can("ada", &["update", "resourcequotas"]);
+        if answer == "yes" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert_eq!(answer, "yes");
+    assert_eq!(can("dana", &["update", "resourcequotas"]), "yes");
+    assert_eq!(
+        can("ada", &["create", "rolebindings.rbac.authorization.k8s.io"]),
+        "yes"
+    );
+    assert_eq!(can("vic", &["update", "resourcequotas"]), "no");
+    c.stop();
+}

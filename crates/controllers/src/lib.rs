@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod catalog;
 pub mod certificates;
+pub mod clusterroles;
 pub mod gc;
 mod gc_graph;
 mod gc_object;
@@ -40,7 +41,7 @@ pub use nodesim::{NodeSimulator, RunningSimulator, SimulatorOptions};
 pub use workloads::{WorkloadController, WorkloadOptions, Workloads};
 
 /// The names of the built-in controllers, as `kubeforge up` prints them.
-pub const BUILTIN_NAMES: &str = "garbage collector, namespace";
+pub const BUILTIN_NAMES: &str = "garbage collector, namespace, clusterrole aggregation";
 
 /// Errors of the controllers' API calls.
 #[derive(Debug, thiserror::Error)]
@@ -132,17 +133,30 @@ pub struct Builtin {
     /// or with the `Builtin`).
     stop: tokio_util::sync::DropGuard,
     tasks: Vec<JoinHandle<()>>,
+    /// The runtime's manager running ClusterRole aggregation.
+    manager: kubeforge_runtime::ShutdownHandle,
 }
 
-/// Start the garbage collector and the namespace controller on `client`
-/// (spawned on the current Tokio runtime) with default options.
+/// Start the garbage collector, the namespace controller and the
+/// ClusterRole aggregation controller on `client` (spawned on the current
+/// Tokio runtime) with default options.
 pub fn start_builtin(client: Client) -> Builtin {
     let gc = GarbageCollector::new(client.clone(), GcOptions::default());
-    let namespace = NamespaceController::new(client, NamespaceOptions::default());
+    let namespace = NamespaceController::new(client.clone(), NamespaceOptions::default());
     let token = CancellationToken::new();
+    let mgr = kubeforge_runtime::Manager::builder(client)
+        .handle_signals(false)
+        .build();
+    clusterroles::register(&mgr);
+    let manager = mgr.shutdown_handle();
     let tasks = vec![
         tokio::spawn(gc.clone().run_until(token.clone())),
         tokio::spawn(namespace.clone().run_until(token.clone())),
+        tokio::spawn(async move {
+            if let Err(e) = mgr.run().await {
+                tracing::error!(error = %e, "the clusterrole aggregation controller stopped");
+            }
+        }),
     ];
     let stop = token.drop_guard();
     Builtin {
@@ -150,6 +164,7 @@ pub fn start_builtin(client: Client) -> Builtin {
         namespace,
         stop,
         tasks,
+        manager,
     }
 }
 
@@ -178,9 +193,15 @@ impl Builtin {
         self.namespace.wait_synced().await;
     }
 
-    /// Stop both controllers and wait for their tasks.
+    /// Stop the controllers and wait for their tasks.
     pub async fn stop(self) {
-        let Builtin { stop, tasks, .. } = self;
+        let Builtin {
+            stop,
+            tasks,
+            manager,
+            ..
+        } = self;
+        manager.shutdown();
         drop(stop);
         for t in tasks {
             let _ = t.await;
