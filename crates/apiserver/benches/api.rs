@@ -7,6 +7,9 @@
 //! - LIST of 100,000 pods;
 //! - one event reaching 1,000 concurrent watchers (p99 latency).
 //!
+//! - `httpscreates`: the memory creates over HTTP, then over HTTPS as a
+//!   client-certificate user allowed by RBAC (twice each, alternating).
+//!
 //! Pass scenario names (`startup creates list watch`) to run a subset.
 
 use std::sync::Arc;
@@ -87,6 +90,103 @@ async fn startup() {
 async fn creates(label: &str, store: Store, total: usize) {
     let server = ApiServer::new(store).await.expect("server");
     let client = listener_client(&server).await;
+    creates_with(label, "kube-rs over HTTP", client, total).await;
+}
+
+/// The same creates over HTTPS as a user authenticated by a client
+/// certificate and allowed by an RBAC RoleBinding (not `system:masters`,
+/// which skips RBAC): authentication and authorization on every request.
+async fn https_creates(total: usize) {
+    use rustls::pki_types::pem::PemObject;
+    let server = ApiServer::in_memory().await;
+    let ca_key = rcgen::KeyPair::generate().expect("key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "bench CA");
+    let ca_pem = ca_params.self_signed(&ca_key).expect("ca").pem();
+    let issuer = rcgen::Issuer::new(ca_params, &ca_key);
+    let sign = |p: rcgen::CertificateParams| {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = p.signed_by(&key, &issuer).expect("cert");
+        (cert.pem(), key.serialize_pem(), cert.der().to_vec())
+    };
+    let mut serving = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("p");
+    serving.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let (_, serving_key, serving_der) = sign(serving);
+    let mut client = rcgen::CertificateParams::new(Vec::<String>::new()).expect("p");
+    client.distinguished_name = rcgen::DistinguishedName::new();
+    client
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "bench");
+    client
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "devs");
+    client.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let (client_pem, client_key, _) = sign(client);
+    server.set_authentication(Some(
+        kubeforge_apiserver::Authentication::new(kubeforge_apiserver::TokenFile::default())
+            .with_client_ca(&ca_pem)
+            .expect("client CA"),
+    ));
+    server.enable_rbac(true).await.expect("rbac");
+    let admin = server.client();
+    let rbac = |v: serde_json::Value| -> kube::api::DynamicObject {
+        serde_json::from_value(v).expect("rbac object")
+    };
+    let gvk = |kind: &str, plural: &str| {
+        kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind),
+            plural,
+        )
+    };
+    Api::<kube::api::DynamicObject>::namespaced_with(
+        admin.clone(),
+        "default",
+        &gvk("Role", "roles"),
+    )
+    .create(
+        &PostParams::default(),
+        &rbac(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "pod-creator"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "list"]}]})),
+    )
+    .await
+    .expect("role");
+    Api::<kube::api::DynamicObject>::namespaced_with(admin, "default", &gvk("RoleBinding", "rolebindings"))
+        .create(&PostParams::default(), &rbac(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "bench-creates"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-creator"},
+            "subjects": [{"kind": "Group", "name": "devs"}]})))
+        .await
+        .expect("binding");
+    let tls = kubeforge_apiserver::tls::server_config(
+        vec![serving_der.into()],
+        rustls::pki_types::PrivateKeyDer::from_pem_slice(serving_key.as_bytes()).expect("key"),
+    )
+    .expect("tls");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(
+        server
+            .clone()
+            .serve_tls(listener, tls, std::future::pending()),
+    );
+    let yaml = kubeforge_apiserver::kubeconfig_tls_yaml(addr, &ca_pem, &client_pem, &client_key);
+    let kc = kube::config::Kubeconfig::from_yaml(&yaml).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    let client = Client::try_from(config).expect("client");
+    creates_with("memory", "kube-rs over HTTPS, x509 + RBAC", client, total).await;
+}
+
+async fn creates_with(label: &str, how: &str, client: Client, total: usize) {
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let concurrency = 32;
     let per = total / concurrency;
@@ -122,7 +222,7 @@ async fn creates(label: &str, store: Store, total: usize) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     lat.sort();
     println!(
-        "creates  {label:<8} {} pods, 32 concurrent, kube-rs over HTTP: {:.0} creates/s (p50 {:.2} ms, p99 {:.2} ms); \
+        "creates  {label:<8} {} pods, 32 concurrent, {how}: {:.0} creates/s (p50 {:.2} ms, p99 {:.2} ms); \
          CPU {:.0} µs/create client+server (= {:.0}/s on {cores} idle cores)",
         per * concurrency,
         n / secs,
@@ -337,6 +437,12 @@ fn main() {
             creates("durable", store.clone(), 32 * 500).await;
             store.close().await;
             let _ = std::fs::remove_dir_all(&dir);
+        }
+        if want("httpscreates") {
+            creates("memory", Store::memory(), 32 * 1000).await;
+            https_creates(32 * 1000).await;
+            creates("memory", Store::memory(), 32 * 1000).await;
+            https_creates(32 * 1000).await;
         }
         if want("rawcreates") {
             raw_creates(32 * 1000).await;

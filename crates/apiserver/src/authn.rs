@@ -32,10 +32,18 @@ pub(crate) struct Identity(pub Arc<UserInfo>);
 /// How network requests are authenticated.
 #[derive(Clone, Debug, Default)]
 pub struct Authentication {
+    /// Unique per settings, so verified connections know when to verify
+    /// again.
+    id: u64,
     tokens: TokenFile,
     anonymous: bool,
     /// Verifies client certificate chains (kube's `--client-ca-file`).
     client_ca: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+}
+
+fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A client CA that cannot be used.
@@ -53,6 +61,7 @@ impl Authentication {
     /// Authentication by `tokens`; anonymous requests are refused.
     pub fn new(tokens: TokenFile) -> Authentication {
         Authentication {
+            id: next_id(),
             tokens,
             anonymous: false,
             client_ca: None,
@@ -80,6 +89,7 @@ impl Authentication {
         .build()
         .map_err(|e| ClientCaError::Invalid(e.to_string()))?;
         self.client_ca = Some(verifier);
+        self.id = next_id();
         Ok(self)
     }
 
@@ -155,11 +165,23 @@ pub(crate) fn authenticate(
     // Each authenticator in turn; the first that names a user wins, and a
     // credential none accepts is a 401 (kube's union).
     let mut failed = false;
-    if let Some(crate::tls::PeerCertificates(peer)) =
-        parts.extensions.get::<crate::tls::PeerCertificates>()
-    {
-        match config.certificate_user(peer) {
-            Ok(Some(user)) => return Ok(Arc::new(user)),
+    if let Some(peer) = parts.extensions.get::<crate::tls::PeerCertificates>() {
+        let now = jiff::Timestamp::now().as_second();
+        let mut verified = peer.verified.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((id, until, user)) = verified.as_ref()
+            && *id == config.id
+            && now <= *until
+        {
+            return Ok(user.clone());
+        }
+        match config.certificate_user(&peer.chain) {
+            Ok(Some(user)) => {
+                let user = Arc::new(user);
+                if let Some(until) = peer.valid_until() {
+                    *verified = Some((config.id, until, user.clone()));
+                }
+                return Ok(user);
+            }
             Ok(None) => {}
             Err(()) => failed = true,
         }

@@ -492,7 +492,7 @@ impl ApiServer {
                     .1
                     .peer_certificates()
                     .filter(|c| !c.is_empty())
-                    .map(|c| crate::tls::PeerCertificates(Arc::new(c.to_vec())));
+                    .map(|c| crate::tls::PeerCertificates::new(c.to_vec()));
                 let svc =
                     hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
                         if let Some(p) = &peer {

@@ -17,9 +17,38 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
 /// The certificates a client presented on its connection (leaf first),
-/// put on each of its requests.
+/// put on each of its requests, with the user their chain was last
+/// verified to name: a connection's certificates are checked once, and
+/// again only when the authentication settings change or the chain's
+/// earliest `notAfter` passes.
 #[derive(Clone, Debug)]
-pub(crate) struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
+pub(crate) struct PeerCertificates {
+    /// The chain, leaf first.
+    pub chain: Arc<Vec<CertificateDer<'static>>>,
+    /// The last verification, shared by the connection's requests.
+    pub verified: Arc<std::sync::Mutex<Option<Verified>>>,
+}
+
+/// `(authentication settings id, valid until (Unix seconds), user)`.
+pub(crate) type Verified = (u64, i64, Arc<kubeforge_authz::UserInfo>);
+
+impl PeerCertificates {
+    /// The certificates of a new connection.
+    pub fn new(chain: Vec<CertificateDer<'static>>) -> PeerCertificates {
+        PeerCertificates {
+            chain: Arc::new(chain),
+            verified: Arc::default(),
+        }
+    }
+
+    /// The earliest `notAfter` of the chain.
+    pub fn valid_until(&self) -> Option<i64> {
+        self.chain
+            .iter()
+            .map(|c| kubeforge_authz::x509::not_after(c))
+            .try_fold(i64::MAX, |min, t| t.map(|t| min.min(t)))
+    }
+}
 
 /// Asks for a client certificate, accepts any, and checks only that the
 /// client holds its key; the chain is verified at authentication.

@@ -29,6 +29,13 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// When a certificate stops being valid (`notAfter`, Unix seconds), or
+/// `None` when it does not parse.
+pub fn not_after(der: &[u8]) -> Option<i64> {
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    Some(cert.validity().not_after.timestamp())
+}
+
 /// The user a (verified) client certificate names; `None` without a CN.
 pub fn user_from_certificate(der: &[u8]) -> Result<Option<UserInfo>, CertificateUserError> {
     let (_, cert) =
