@@ -49,6 +49,7 @@ mod patch;
 mod priority;
 mod projection;
 mod protobuf;
+pub mod rbac_components;
 mod rbac_defaults;
 mod rbac_escalation;
 mod recover;

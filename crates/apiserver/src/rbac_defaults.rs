@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 use crate::error::ApiResult;
 use crate::server::ApiServer;
 
-const GV: &str = "rbac.authorization.k8s.io/v1";
+pub(crate) const GV: &str = "rbac.authorization.k8s.io/v1";
 
-fn meta(name: &str) -> Value {
+pub(crate) fn meta(name: &str) -> Value {
     json!({
         "name": name,
         "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},

@@ -1609,8 +1609,9 @@ pub(crate) async fn ensure_namespace(server: &ApiServer, name: &str) -> ApiResul
     .await
 }
 
-/// Create the cluster-scoped `obj` of `(group, version, plural)` through
-/// the normal create path unless an object of its name exists.
+/// Create `obj` of `(group, version, plural)` (in its
+/// `metadata.namespace` when namespaced) through the normal create path
+/// unless an object of its name exists.
 pub(crate) async fn ensure_object(
     server: &ApiServer,
     (group, version, plural): (&str, &str, &str),
@@ -1621,13 +1622,16 @@ pub(crate) async fn ensure_object(
         .get(group, version, plural)
         .ok_or_else(|| ApiError::internal(format!("{plural} are not registered")))?;
     let name = meta_str(&obj, "name").unwrap_or_default().to_string();
-    if server.store().get(&def.key(None, &name)).is_some() {
+    let ns = meta_str(&obj, "namespace")
+        .filter(|_| def.namespaced)
+        .map(str::to_string);
+    if server.store().get(&def.key(ns.as_deref(), &name)).is_some() {
         return Ok(());
     }
     let mut ctx = Ctx {
         server,
         def,
-        ns: None,
+        ns,
         name: None,
         query: Query::default(),
         headers: HeaderMap::new(),

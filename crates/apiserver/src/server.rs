@@ -82,6 +82,7 @@ impl ApiServer {
         }
         crate::priority::ensure_system_classes(&server).await?;
         crate::rbac_defaults::ensure(&server).await?;
+        crate::rbac_components::ensure(&server).await?;
         crate::bootstrap::start(&server).await?;
         Ok(server)
     }
@@ -559,6 +560,45 @@ impl ApiServer {
     pub fn builtin_client(&self) -> kube::Client {
         let svc = InProcess(self.clone(), true, Some(crate::authz::loopback_identity()));
         kube::Client::new(svc, "default")
+    }
+
+    /// A built-in component's in-process client (as
+    /// [`builtin_client`](Self::builtin_client)) acting as `user`, so RBAC
+    /// gives it exactly its bootstrap role (see
+    /// [`rbac_components`](crate::rbac_components)).
+    pub fn builtin_client_as(&self, user: UserInfo) -> kube::Client {
+        let svc = InProcess(self.clone(), true, Some(crate::authz::identity(user)));
+        kube::Client::new(svc, "default")
+    }
+
+    /// The client of the built-in controller writing as ServiceAccount
+    /// `account` in `kube-system` (kube-controller-manager's
+    /// `--use-service-account-credentials`).
+    pub fn controller_client(&self, account: &str) -> kube::Client {
+        self.builtin_client_as(crate::rbac_components::controller_user(account))
+    }
+
+    /// The built-in controllers' clients: the shared caches' as
+    /// `system:kube-controller-manager`, and a function giving each
+    /// controller's as its ServiceAccount (what
+    /// `kubeforge_controllers::ControllerClients` is made from).
+    pub fn controller_clients(
+        &self,
+    ) -> (
+        kube::Client,
+        impl Fn(&str) -> kube::Client + Send + Sync + 'static,
+    ) {
+        let server = self.clone();
+        (
+            self.component_client(crate::rbac_components::CONTROLLER_MANAGER_USER),
+            move |account: &str| server.controller_client(account),
+        )
+    }
+
+    /// The client of a built-in component running as user `name` (one of
+    /// [`rbac_components`](crate::rbac_components)' users).
+    pub fn component_client(&self, name: &str) -> kube::Client {
+        self.builtin_client_as(crate::rbac_components::component_user(name))
     }
 
     /// An in-process client acting as `user`: its requests are authorized

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use kubeforge_apiserver::ApiServer;
+use kubeforge_apiserver::{ApiServer, rbac_components};
 use kubeforge_controllers::nodesim::{
     self, Delays, NodeSimulator, RunningSimulator, SimulatorOptions,
 };
@@ -138,7 +138,7 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
     } else {
         Some(
             workloads::start(
-                server.builtin_client(),
+                server.controller_clients(),
                 WorkloadOptions {
                     node_monitor_grace_period: args.node_monitor_grace_period,
                     replicaset_sync_interval: args.replicaset_sync_interval,
@@ -156,10 +156,11 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
     let scheduler = if args.no_scheduler {
         None
     } else {
-        let running = SchedulerBuilder::new(server.builtin_client())
-            .config(scheduler_config)
-            .start()
-            .context("starting the scheduler")?;
+        let running =
+            SchedulerBuilder::new(server.component_client(rbac_components::SCHEDULER_USER))
+                .config(scheduler_config)
+                .start()
+                .context("starting the scheduler")?;
         server.set_scheduler_running(true);
         Some(running)
     };
@@ -174,9 +175,12 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
         options.lease_interval = (args.node_monitor_grace_period / 4)
             .clamp(Duration::from_millis(100), options.lease_interval);
         Some(
-            NodeSimulator::start(server.builtin_client(), options)
-                .await
-                .context("registering the simulated nodes")?,
+            NodeSimulator::start(
+                server.component_client(rbac_components::NODE_SIMULATOR_USER),
+                options,
+            )
+            .await
+            .context("registering the simulated nodes")?,
         )
     };
     let operators = if args.operators.is_empty() {

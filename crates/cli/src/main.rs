@@ -335,7 +335,7 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     let controllers = if up {
         server.set_controllers_running(true);
         Some(kubeforge_controllers::start_builtin(
-            server.builtin_client(),
+            server.controller_clients(),
         ))
     } else {
         None
@@ -351,9 +351,11 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
         let signer =
             kubeforge_controllers::certificates::CsrSigner::new(&read("ca.crt")?, &read("ca.key")?)
                 .context("loading the cluster CA for the CSR signer")?;
-        let mgr = kubeforge_runtime::Manager::builder(server.builtin_client())
-            .handle_signals(false)
-            .build();
+        let mgr = kubeforge_runtime::Manager::builder(
+            server.controller_client(kubeforge_controllers::clients::accounts::CERTIFICATE),
+        )
+        .handle_signals(false)
+        .build();
         kubeforge_controllers::certificates::register(&mgr, signer);
         let handle = mgr.shutdown_handle();
         Some((handle, tokio::spawn(mgr.run())))

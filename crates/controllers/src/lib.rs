@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod catalog;
 pub mod certificates;
+pub mod clients;
 pub mod clusterroles;
 pub mod gc;
 mod gc_graph;
@@ -35,6 +36,7 @@ mod queue;
 pub mod workloads;
 
 pub use catalog::{Catalog, Resource};
+pub use clients::ControllerClients;
 pub use gc::{GarbageCollector, GcOptions};
 pub use namespace::{NamespaceController, NamespaceOptions};
 pub use nodesim::{NodeSimulator, RunningSimulator, SimulatorOptions};
@@ -138,15 +140,25 @@ pub struct Builtin {
 }
 
 /// Start the garbage collector, the namespace controller and the
-/// ClusterRole aggregation controller on `client` (spawned on the current
-/// Tokio runtime) with default options.
-pub fn start_builtin(client: Client) -> Builtin {
-    let gc = GarbageCollector::new(client.clone(), GcOptions::default());
-    let namespace = NamespaceController::new(client.clone(), NamespaceOptions::default());
+/// ClusterRole aggregation controller (spawned on the current Tokio
+/// runtime) with default options, each through its client in `clients`
+/// (a [`Client`] for all of them, or [`ControllerClients::per_account`]).
+pub fn start_builtin(clients: impl Into<ControllerClients>) -> Builtin {
+    let clients = clients.into();
+    let gc = GarbageCollector::new(
+        clients.for_account(clients::accounts::GARBAGE_COLLECTOR),
+        GcOptions::default(),
+    );
+    let namespace = NamespaceController::new(
+        clients.for_account(clients::accounts::NAMESPACE),
+        NamespaceOptions::default(),
+    );
     let token = CancellationToken::new();
-    let mgr = kubeforge_runtime::Manager::builder(client)
-        .handle_signals(false)
-        .build();
+    let mgr = kubeforge_runtime::Manager::builder(
+        clients.for_account(clients::accounts::CLUSTERROLE_AGGREGATION),
+    )
+    .handle_signals(false)
+    .build();
     clusterroles::register(&mgr);
     let manager = mgr.shutdown_handle();
     let tasks = vec![
@@ -168,9 +180,13 @@ pub fn start_builtin(client: Client) -> Builtin {
     }
 }
 
-/// Run the built-in controllers on `client` until `shutdown` resolves.
-pub async fn run_builtin(client: Client, shutdown: impl Future<Output = ()>) {
-    let b = start_builtin(client);
+/// Run the built-in controllers through `clients` until `shutdown`
+/// resolves.
+pub async fn run_builtin(
+    clients: impl Into<ControllerClients>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let b = start_builtin(clients);
     shutdown.await;
     b.stop().await;
 }

@@ -268,12 +268,12 @@ impl TestEnvBuilder {
         }
         let controllers = self.builtin_controllers.then(|| {
             server.set_controllers_running(true);
-            kubeforge_controllers::start_builtin(server.builtin_client())
+            kubeforge_controllers::start_builtin(server.controller_clients())
         });
         let workloads = if self.workloads {
             Some(
                 kubeforge_controllers::workloads::start(
-                    server.builtin_client(),
+                    server.controller_clients(),
                     Default::default(),
                 )
                 .await
@@ -283,9 +283,11 @@ impl TestEnvBuilder {
             None
         };
         let scheduler = if self.scheduler {
-            let running = kubeforge_scheduler::SchedulerBuilder::new(server.builtin_client())
-                .start()
-                .map_err(Error::Scheduler)?;
+            let running = kubeforge_scheduler::SchedulerBuilder::new(
+                server.component_client(kubeforge_apiserver::rbac_components::SCHEDULER_USER),
+            )
+            .start()
+            .map_err(Error::Scheduler)?;
             server.set_scheduler_running(true);
             Some(running)
         } else {
@@ -296,9 +298,14 @@ impl TestEnvBuilder {
                 server.set_graceful_pod_deletion(true);
                 let options = SimulatorOptions::new(nodes).delays(self.node_delays);
                 Some(
-                    NodeSimulator::start(server.builtin_client(), options)
-                        .await
-                        .map_err(Error::Nodes)?,
+                    NodeSimulator::start(
+                        server.component_client(
+                            kubeforge_apiserver::rbac_components::NODE_SIMULATOR_USER,
+                        ),
+                        options,
+                    )
+                    .await
+                    .map_err(Error::Nodes)?,
                 )
             }
             _ => None,

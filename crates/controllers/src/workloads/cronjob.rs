@@ -14,6 +14,7 @@
 //! warning. "Now" comes from [`WorkloadOptions::clock`](super::WorkloadOptions),
 //! so tests move time.
 
+use crate::clients::accounts;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -84,7 +85,7 @@ async fn reconcile(cj: Arc<CronJob>, ctx: Arc<super::Shared>) -> Result<Action, 
     let uid = cj.metadata.uid.clone().unwrap_or_default();
     let spec = cj.spec.clone().unwrap_or_default();
     let now = ctx.opts.clock.now();
-    let jobs_api: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let jobs_api: Api<Job> = Api::namespaced(ctx.client(accounts::CRONJOB).clone(), &ns);
 
     let mut jobs: Vec<Arc<Job>> = ctx
         .jobs
@@ -283,7 +284,9 @@ async fn reconcile(cj: Arc<CronJob>, ctx: Arc<super::Shared>) -> Result<Action, 
         && old.last_schedule_time.as_ref().map(|t| t.0) == last_schedule
         && old.last_successful_time.as_ref().map(|t| t.0) == last_success;
     if !same {
-        match util::patch_status::<CronJob>(&ctx.client, Some(&ns), &name, status).await {
+        match util::patch_status::<CronJob>(ctx.client(accounts::CRONJOB), Some(&ns), &name, status)
+            .await
+        {
             Ok(()) => {}
             Err(e) if crate::is_not_found(&e) => {}
             Err(e) => return Err(ReconcileError::new(e)),

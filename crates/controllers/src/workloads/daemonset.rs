@@ -13,6 +13,7 @@
 //! Status: desired/current/updated number scheduled, misscheduled, ready,
 //! available, unavailable, observedGeneration.
 
+use crate::clients::accounts;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -323,7 +324,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<super::Shared>) -> Result<Action
         }
     }
 
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<Pod> = Api::namespaced(ctx.client(accounts::DAEMONSET).clone(), &ns);
     let mut failure = None;
     if satisfied {
         if let Some(owner) = util::owner_ref(&*ds) {
@@ -380,7 +381,14 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<super::Shared>) -> Result<Action
         && old.updated_number_scheduled.unwrap_or(0) == updated
         && old.observed_generation == ds.metadata.generation;
     if !same {
-        match util::patch_status::<DaemonSet>(&ctx.client, Some(&ns), &name, status).await {
+        match util::patch_status::<DaemonSet>(
+            ctx.client(accounts::DAEMONSET),
+            Some(&ns),
+            &name,
+            status,
+        )
+        .await
+        {
             Ok(()) => {}
             Err(e) if crate::is_not_found(&e) => {}
             Err(e) => return Err(ReconcileError::new(e)),

@@ -13,6 +13,7 @@
 //! over the template's canonical JSON rather than Go's printed struct, so
 //! ReplicaSet names differ from a real cluster's for the same template.
 
+use crate::clients::accounts;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -237,15 +238,22 @@ async fn claim(
                 if matches(sel, rs.metadata.labels.as_ref()) {
                     out.push((*rs).clone());
                 } else {
-                    util::release::<ReplicaSet>(&ctx.client, &rs.metadata, &uid).await?;
+                    util::release::<ReplicaSet>(
+                        ctx.client(accounts::DEPLOYMENT),
+                        &rs.metadata,
+                        &uid,
+                    )
+                    .await?;
                 }
             }
             None if rs.metadata.deletion_timestamp.is_none()
                 && matches(sel, rs.metadata.labels.as_ref()) =>
             {
                 if let Some(owner) = util::owner_ref(d) {
-                    let api: Api<ReplicaSet> =
-                        Api::namespaced(ctx.client.clone(), ns.unwrap_or_default());
+                    let api: Api<ReplicaSet> = Api::namespaced(
+                        ctx.client(accounts::DEPLOYMENT).clone(),
+                        ns.unwrap_or_default(),
+                    );
                     let mut refs = rs.metadata.owner_references.clone().unwrap_or_default();
                     refs.push(owner);
                     let patch = json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid, "resourceVersion": rs.metadata.resource_version}});
@@ -463,7 +471,8 @@ impl Sync<'_> {
         if revision_of(&self.d.metadata) == rev {
             return Ok(());
         }
-        let api: Api<Deployment> = Api::namespaced(self.ctx.client.clone(), &self.ns());
+        let api: Api<Deployment> =
+            Api::namespaced(self.ctx.client(accounts::DEPLOYMENT).clone(), &self.ns());
         let patch = json!({"metadata": {"annotations": {REVISION: rev.to_string()}}});
         match api
             .patch(&self.name(), &PatchParams::default(), &Patch::Merge(patch))
@@ -518,7 +527,8 @@ impl Sync<'_> {
             }),
             status: None,
         };
-        let api: Api<ReplicaSet> = Api::namespaced(self.ctx.client.clone(), &self.ns());
+        let api: Api<ReplicaSet> =
+            Api::namespaced(self.ctx.client(accounts::DEPLOYMENT).clone(), &self.ns());
         let created = match api.create(&PostParams::default(), &rs).await {
             Ok(c) => c,
             Err(e) if crate::status_code(&e) == Some(409) => {
@@ -598,7 +608,8 @@ impl Sync<'_> {
 
     async fn patch_rs(&self, i: usize, patch: serde_json::Value) -> Result<ReplicaSet, Err> {
         let rs = &self.rss[i];
-        let api: Api<ReplicaSet> = Api::namespaced(self.ctx.client.clone(), &self.ns());
+        let api: Api<ReplicaSet> =
+            Api::namespaced(self.ctx.client(accounts::DEPLOYMENT).clone(), &self.ns());
         api.patch(
             rs.metadata.name.as_deref().unwrap_or_default(),
             &PatchParams::default(),
@@ -895,7 +906,8 @@ impl Sync<'_> {
             return Ok(());
         }
         olds.sort_by_key(|i| (revision_of(&self.rss[*i].metadata), created(&self.rss[*i])));
-        let api: Api<ReplicaSet> = Api::namespaced(self.ctx.client.clone(), &self.ns());
+        let api: Api<ReplicaSet> =
+            Api::namespaced(self.ctx.client(accounts::DEPLOYMENT).clone(), &self.ns());
         let mut removed = Vec::new();
         for i in olds.into_iter().take(usize::try_from(excess).unwrap_or(0)) {
             let rs = &self.rss[i];
@@ -1103,7 +1115,7 @@ impl Sync<'_> {
         }
         let value = serde_json::to_value(&status).map_err(ReconcileError::new)?;
         match util::patch_status::<Deployment>(
-            &self.ctx.client,
+            self.ctx.client(accounts::DEPLOYMENT),
             Some(&self.ns()),
             &self.name(),
             value,

@@ -25,6 +25,7 @@
 //! that decremented the budget meanwhile makes the write conflict and the
 //! budget is synced again, so the eviction's record is never overwritten.
 
+use crate::clients::accounts;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -365,10 +366,12 @@ async fn generic_scale(
         None => ("", owner.api_version.as_str()),
     };
     let gvk = GroupVersionKind::gvk(group, version, &owner.kind);
-    let Ok((ar, _)) = kube::discovery::pinned_kind(&ctx.client, &gvk).await else {
+    let Ok((ar, _)) = kube::discovery::pinned_kind(ctx.client(accounts::DISRUPTION), &gvk).await
+    else {
         return Ok(None);
     };
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client(accounts::DISRUPTION).clone(), ns, &ar);
     match api.get_scale(&owner.name).await {
         Ok(scale) if scale.metadata.uid.as_deref() == Some(owner.uid.as_str()) => Ok(Some((
             owner.uid.clone(),
@@ -427,7 +430,8 @@ async fn write_status(ctx: &Ctx, mut old: Value, status: Value) -> Result<(), Sy
         .unwrap_or_default()
         .to_string();
     old["status"] = status;
-    let api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<PodDisruptionBudget> =
+        Api::namespaced(ctx.client(accounts::DISRUPTION).clone(), &ns);
     let body: PodDisruptionBudget =
         serde_json::from_value(old).map_err(|e| SyncError::Compute(e.to_string()))?;
     api.replace_status(&name, &PostParams::default(), &body)

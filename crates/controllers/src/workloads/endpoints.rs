@@ -8,6 +8,7 @@
 //! in `notReadyAddresses`). Named target ports are resolved per pod.
 //! Services without a selector are left to their users.
 
+use crate::clients::accounts;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -221,7 +222,7 @@ async fn sync_slices(
         })
         .collect();
     existing.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let api: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), ns);
+    let api: Api<EndpointSlice> = Api::namespaced(ctx.client(accounts::ENDPOINTSLICE).clone(), ns);
     let owner = util::owner_ref(svc);
     for (i, (ports, eps)) in desired.iter().enumerate() {
         let mut body = json!({
@@ -294,7 +295,7 @@ async fn sync_endpoints(
             s
         })
         .collect();
-    let api: Api<Endpoints> = Api::namespaced(ctx.client.clone(), ns);
+    let api: Api<Endpoints> = Api::namespaced(ctx.client(accounts::ENDPOINT).clone(), ns);
     let current = api.get_opt(name).await.map_err(ReconcileError::new)?;
     let body = json!({
         "apiVersion": "v1", "kind": "Endpoints",

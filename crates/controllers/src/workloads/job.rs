@@ -20,6 +20,7 @@
 //! counts never go down. Indexed completion mode and pod failure policies
 //! are not implemented.
 
+use crate::clients::accounts;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -120,7 +121,8 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
                 until(expire, now) + Duration::from_millis(10),
             ));
         }
-        let api: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+        // kube's ttl-after-finished controller, under its own identity.
+        let api: Api<Job> = Api::namespaced(ctx.client(accounts::TTL_AFTER_FINISHED).clone(), &ns);
         let mut dp = DeleteParams::background();
         dp.preconditions = Some(kube::api::Preconditions {
             uid: job.metadata.uid.clone(),
@@ -205,7 +207,7 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
     }
     let finishing = cond_true(&conds, "FailureTarget") || cond_true(&conds, "SuccessCriteriaMet");
 
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<Pod> = Api::namespaced(ctx.client(accounts::JOB).clone(), &ns);
     let mut create_err = None;
     // Pods this sync deleted: no longer active from here on (kube's
     // `active -= deleted`), so the sync that deletes a finishing Job's last
@@ -324,7 +326,7 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
         && old.completion_time == completion_time
         && old.conditions.clone().unwrap_or_default() == conds;
     if !same {
-        match util::patch_status::<Job>(&ctx.client, Some(&ns), &name, status).await {
+        match util::patch_status::<Job>(ctx.client(accounts::JOB), Some(&ns), &name, status).await {
             Ok(()) => {}
             Err(e) if crate::is_not_found(&e) => {}
             Err(e) => return Err(ReconcileError::new(e)),

@@ -7,11 +7,11 @@
 //!
 //! Entry points (what `kubeforge up` and the test environment call):
 //!
-//! - [`start`]`(client, WorkloadOptions) -> Result<Workloads, Error>`:
+//! - [`start`]`(clients, WorkloadOptions) -> Result<Workloads, Error>`:
 //!   spawns one [`kubeforge_runtime::Manager`] with every enabled
 //!   controller on the current Tokio runtime and waits for its caches to
 //!   sync; [`Workloads::stop`] shuts it down.
-//! - [`run_until_shutdown`]`(client, opts, shutdown)`: the same, until a
+//! - [`run_until_shutdown`]`(clients, opts, shutdown)`: the same, until a
 //!   future resolves (like [`crate::run_builtin`]).
 //!
 //! ```no_run
@@ -169,7 +169,10 @@ impl std::fmt::Debug for WorkloadOptions {
 /// the shared caches.
 #[allow(dead_code)] // fields used as the controllers land
 pub(crate) struct Ctx {
-    pub client: Client,
+    /// The client of the shared caches and events.
+    pub shared: Client,
+    /// Each controller's writes, by its ServiceAccount name.
+    pub writers: std::collections::HashMap<&'static str, Client>,
     pub opts: WorkloadOptions,
     pub events: EventRecorder,
     pub pods: Cache<Pod>,
@@ -188,6 +191,14 @@ pub(crate) struct Ctx {
     pub expectations: util::Expectations,
     pub pacer: util::Pacer,
     pub pod_index: pod_index::PodIndex,
+}
+
+impl Ctx {
+    /// The client the controller running as `account` (one of
+    /// [`crate::clients::accounts`]) writes through.
+    pub(crate) fn client(&self, account: &str) -> &Client {
+        self.writers.get(account).unwrap_or(&self.shared)
+    }
 }
 
 /// The context a controller is registered with (the runtime wraps it in an
@@ -230,9 +241,35 @@ impl Workloads {
     }
 }
 
-/// Start the enabled workload controllers on `client` (spawned on the
-/// current Tokio runtime) and wait until their caches are synced.
-pub async fn start(client: Client, opts: WorkloadOptions) -> Result<Workloads, Error> {
+/// Start the enabled workload controllers (spawned on the current Tokio
+/// runtime) and wait until their caches are synced: the caches and events
+/// through `clients`' shared client, each controller's writes through its
+/// own (a [`Client`] for all, or
+/// [`ControllerClients::per_account`](crate::ControllerClients::per_account)).
+pub async fn start(
+    clients: impl Into<crate::ControllerClients>,
+    opts: WorkloadOptions,
+) -> Result<Workloads, Error> {
+    use crate::clients::accounts;
+    let clients = clients.into();
+    let client = clients.shared().clone();
+    let writers = [
+        accounts::REPLICASET,
+        accounts::REPLICATION,
+        accounts::DEPLOYMENT,
+        accounts::STATEFULSET,
+        accounts::DAEMONSET,
+        accounts::JOB,
+        accounts::CRONJOB,
+        accounts::TTL_AFTER_FINISHED,
+        accounts::ENDPOINTSLICE,
+        accounts::ENDPOINT,
+        accounts::NODE,
+        accounts::DISRUPTION,
+    ]
+    .into_iter()
+    .map(|a| (a, clients.for_account(a)))
+    .collect();
     // Compact caches (the runtime's default): a running pod costs ~3.8 KiB
     // as compact JSON instead of ~15 KiB decoded, which is what lets
     // 150,000 pods fit. Reconciles reach only their own pods (through
@@ -245,7 +282,8 @@ pub async fn start(client: Client, opts: WorkloadOptions) -> Result<Workloads, E
         .build();
     let ctx = Arc::new(Ctx {
         events: EventRecorder::new(client.clone(), "kube-controller-manager"),
-        client,
+        shared: client,
+        writers,
         pods: mgr.store::<Pod>(),
         replicasets: mgr.store::<ReplicaSet>(),
         replicationcontrollers: mgr.store::<ReplicationController>(),
@@ -302,13 +340,14 @@ pub async fn start(client: Client, opts: WorkloadOptions) -> Result<Workloads, E
     Ok(Workloads { shutdown, task })
 }
 
-/// Run the workload controllers on `client` until `shutdown` resolves.
+/// Run the workload controllers through `clients` until `shutdown`
+/// resolves.
 pub async fn run_until_shutdown(
-    client: Client,
+    clients: impl Into<crate::ControllerClients>,
     opts: WorkloadOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), Error> {
-    let w = start(client, opts).await?;
+    let w = start(clients, opts).await?;
     shutdown.await;
     w.stop().await;
     Ok(())

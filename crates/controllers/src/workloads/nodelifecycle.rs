@@ -18,6 +18,7 @@
 //! Like kube, heartbeat ages are measured on this controller's clock from
 //! when it last saw the heartbeat change, so clock skew does not matter.
 
+use crate::clients::accounts;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -198,7 +199,7 @@ async fn reconcile(node: Arc<Node>, nctx: Arc<NodeCtx>) -> Result<Action, Reconc
                 c.last_transition_time = Some(now.clone());
             }
         }
-        let api: Api<Node> = Api::all(ctx.client.clone());
+        let api: Api<Node> = Api::all(ctx.client(accounts::NODE).clone());
         api.patch_status(
             &name,
             &PatchParams::default(),
@@ -256,7 +257,7 @@ async fn reconcile(node: Arc<Node>, nctx: Arc<NodeCtx>) -> Result<Action, Reconc
         }
     }
     if next != taints {
-        let api: Api<Node> = Api::all(ctx.client.clone());
+        let api: Api<Node> = Api::all(ctx.client(accounts::NODE).clone());
         api.patch(
             &name,
             &PatchParams::default(),
@@ -302,7 +303,7 @@ async fn reconcile(node: Arc<Node>, nctx: Arc<NodeCtx>) -> Result<Action, Reconc
             if due {
                 let ns = p.metadata.namespace.clone().unwrap_or_default();
                 let pn = p.metadata.name.clone().unwrap_or_default();
-                let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+                let api: Api<Pod> = Api::namespaced(ctx.client(accounts::NODE).clone(), &ns);
                 match api.delete(&pn, &DeleteParams::default()).await {
                     Ok(_) => {
                         tracing::info!(node = %name, pod = %format!("{ns}/{pn}"), "evicted by NoExecute taint")
@@ -342,7 +343,7 @@ async fn mark_pods_not_ready(ctx: &Ctx, node: &str) {
             }
         }
         let ns = p.metadata.namespace.clone().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        let api: Api<Pod> = Api::namespaced(ctx.client(accounts::NODE).clone(), &ns);
         let _ = api
             .patch_status(
                 p.metadata.name.as_deref().unwrap_or_default(),

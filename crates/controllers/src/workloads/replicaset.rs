@@ -62,6 +62,14 @@ impl Flavor {
         }
     }
 
+    /// The ServiceAccount its controller writes as.
+    fn account(self) -> &'static str {
+        match self {
+            Flavor::ReplicaSet => crate::clients::accounts::REPLICASET,
+            Flavor::ReplicationController => crate::clients::accounts::REPLICATION,
+        }
+    }
+
     fn key_prefix(self) -> &'static str {
         match self {
             Flavor::ReplicaSet => "rs",
@@ -319,9 +327,13 @@ async fn sync(ctx: &Ctx, flavor: Flavor, rs: Arc<ReplicaSet>) -> Result<Action, 
             failure = Some(e.to_string());
         }
     }
+    // The event first, as kube's pod control records it at the failed
+    // create: the status write may be refused for the same reason.
+    if let Some(msg) = &failure {
+        flavor.warn(ctx, &rs, "FailedCreate", "Create", msg).await;
+    }
     let requeue = write_status(ctx, flavor, &rs, &active, failure.as_deref()).await?;
     if let Some(msg) = failure {
-        flavor.warn(ctx, &rs, "FailedCreate", "Create", &msg).await;
         return Err(ReconcileError::new(std::io::Error::other(msg)));
     }
     Ok(match requeue {
@@ -346,7 +358,7 @@ pub(crate) async fn claim_pods(
         if matches(sel, p.metadata.labels.as_ref()) {
             out.push(p);
         } else {
-            util::release::<Pod>(&ctx.client, &p.metadata, &uid).await?;
+            util::release::<Pod>(ctx.client(flavor.account()), &p.metadata, &uid).await?;
         }
     }
     let Some(owner) = flavor.owner(rs) else {
@@ -355,7 +367,7 @@ pub(crate) async fn claim_pods(
     for p in ctx.pod_index.orphans(&ctx.pods, &ns) {
         if p.metadata.deletion_timestamp.is_none()
             && matches(sel, p.metadata.labels.as_ref())
-            && util::adopt_pod(&ctx.client, &p, owner.clone()).await?
+            && util::adopt_pod(ctx.client(flavor.account()), &p, owner.clone()).await?
         {
             out.push(p);
         }
@@ -374,7 +386,7 @@ async fn manage(
 ) -> Result<(), kube::Error> {
     let ns = rs.metadata.namespace.clone().unwrap_or_default();
     let name = rs.metadata.name.clone().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<Pod> = Api::namespaced(ctx.client(flavor.account()).clone(), &ns);
     let burst = ctx.opts.burst_replicas.max(1);
     if active.len() < want {
         let mut left = (want - active.len()).min(burst);
@@ -399,7 +411,7 @@ async fn manage(
                 let req = request
                     .create(&pp, body.clone())
                     .map_err(kube::Error::BuildRequest)?;
-                crate::send_read::<GcObject>(&ctx.client, req).await
+                crate::send_read::<GcObject>(ctx.client(flavor.account()), req).await
             }))
             .await;
             let mut first_err = None;
@@ -522,10 +534,17 @@ async fn write_status(
         let name = rs.metadata.name.as_deref().unwrap_or_default();
         let written = match flavor {
             Flavor::ReplicaSet => {
-                util::patch_status::<ReplicaSet>(&ctx.client, ns, name, status).await
+                util::patch_status::<ReplicaSet>(ctx.client(flavor.account()), ns, name, status)
+                    .await
             }
             Flavor::ReplicationController => {
-                util::patch_status::<ReplicationController>(&ctx.client, ns, name, status).await
+                util::patch_status::<ReplicationController>(
+                    ctx.client(flavor.account()),
+                    ns,
+                    name,
+                    status,
+                )
+                .await
             }
         };
         match written {

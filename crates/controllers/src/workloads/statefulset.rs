@@ -14,6 +14,7 @@
 //! `revisionHistoryLimit` are deleted. volumeClaimTemplates are not
 //! provisioned (there is no storage in the embedded cluster).
 
+use crate::clients::accounts;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -114,7 +115,8 @@ async fn reconcile(
         .collect();
     revisions.sort_by_key(|r| r.revision);
     let max_rev = revisions.last().map_or(0, |r| r.revision);
-    let crs: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ns);
+    let crs: Api<ControllerRevision> =
+        Api::namespaced(ctx.client(accounts::STATEFULSET).clone(), &ns);
     match revisions
         .iter()
         .find(|r| r.metadata.name.as_deref() == Some(&update_rev))
@@ -183,7 +185,7 @@ async fn reconcile(
             pods.insert(ord, p);
         }
     }
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<Pod> = Api::namespaced(ctx.client(accounts::STATEFULSET).clone(), &ns);
     let mut blocked = false;
     for ord in 0..replicas {
         match pods.get(&ord) {
@@ -298,7 +300,14 @@ async fn reconcile(
         && old.update_revision.as_deref() == Some(&update_rev)
         && old.observed_generation == ss.metadata.generation;
     if !same {
-        match util::patch_status::<StatefulSet>(&ctx.client, Some(&ns), &name, status).await {
+        match util::patch_status::<StatefulSet>(
+            ctx.client(accounts::STATEFULSET),
+            Some(&ns),
+            &name,
+            status,
+        )
+        .await
+        {
             Ok(()) => {}
             Err(e) if crate::is_not_found(&e) => {}
             Err(e) => return Err(err(e)),

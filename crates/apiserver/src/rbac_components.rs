@@ -1,0 +1,582 @@
+//! The identities kubeforge's built-in components run as, and the
+//! bootstrap roles that give each exactly what it does (kube's
+//! `bootstrappolicy`): every controller writes as its own ServiceAccount
+//! in `kube-system` bound to `system:controller:<name>` (as
+//! kube-controller-manager with `--use-service-account-credentials`), the
+//! controllers' shared caches read as `system:kube-controller-manager`,
+//! the scheduler is `system:kube-scheduler`, and the node simulator
+//! `system:kubeforge:node-simulator` with kube's `system:node` role.
+//!
+//! The rules are kube's, with `patch` added where our controllers patch
+//! what kube's update (status subresources, a Deployment's revision
+//! annotation) and the scheduler's reads of PriorityClasses and
+//! coscheduling PodGroups; `docs/COMPATIBILITY.md` lists them. The
+//! ServiceAccounts are made at start, as kube-controller-manager makes
+//! them.
+
+use kubeforge_authz::UserInfo;
+use kubeforge_authz::user::ALL_AUTHENTICATED;
+use serde_json::{Value, json};
+
+use crate::error::ApiResult;
+use crate::server::ApiServer;
+
+/// The user of the controllers' shared caches and events.
+pub const CONTROLLER_MANAGER_USER: &str = "system:kube-controller-manager";
+/// The scheduler's user.
+pub const SCHEDULER_USER: &str = "system:kube-scheduler";
+/// The node simulator's user.
+pub const NODE_SIMULATOR_USER: &str = "system:kubeforge:node-simulator";
+/// The namespace of the controllers' ServiceAccounts.
+pub const CONTROLLER_NAMESPACE: &str = "kube-system";
+
+/// A component user outside any ServiceAccount: `name` in
+/// `system:authenticated`, as its client certificate would name it.
+pub fn component_user(name: &str) -> UserInfo {
+    UserInfo::new(name, [ALL_AUTHENTICATED])
+}
+
+/// The user of the controller writing as ServiceAccount `account` in
+/// `kube-system`.
+pub fn controller_user(account: &str) -> UserInfo {
+    UserInfo::service_account(CONTROLLER_NAMESPACE, account)
+}
+
+/// One PolicyRule: verbs, API groups, resources, resource names.
+type Rule = (
+    &'static [&'static str],
+    &'static [&'static str],
+    &'static [&'static str],
+    &'static [&'static str],
+);
+
+const CORE: &[&str] = &[""];
+const APPS: &[&str] = &["apps", "extensions"];
+const READ: &[&str] = &["get", "list", "watch"];
+const UPDATE: &[&str] = &["update"];
+/// Status writes: kube's `update`, and our controllers' merge patches.
+const STATUS: &[&str] = &["patch", "update"];
+const CREATE: &[&str] = &["create"];
+const OWN_PODS: &[&str] = &["create", "delete", "list", "patch", "watch"];
+const ALL_BUT_DC: &[&str] = &[
+    "create", "delete", "get", "list", "patch", "update", "watch",
+];
+const EVENTS: Rule = (
+    CREATE_PATCH_UPDATE,
+    &["", "events.k8s.io"],
+    &["events"],
+    &[],
+);
+const CREATE_PATCH_UPDATE: &[&str] = &["create", "patch", "update"];
+
+/// `(ServiceAccount, rules of system:controller:<account>)`.
+const CONTROLLERS: &[(&str, &[Rule])] = &[
+    (
+        "generic-garbage-collector",
+        &[
+            (
+                &["delete", "get", "list", "patch", "update", "watch"],
+                &["*"],
+                &["*"],
+                &[],
+            ),
+            EVENTS,
+        ],
+    ),
+    (
+        "namespace-controller",
+        &[
+            (
+                &["delete", "get", "list", "watch"],
+                CORE,
+                &["namespaces"],
+                &[],
+            ),
+            (
+                UPDATE,
+                CORE,
+                &["namespaces/finalize", "namespaces/status"],
+                &[],
+            ),
+            (
+                &["delete", "deletecollection", "get", "list", "watch"],
+                &["*"],
+                &["*"],
+                &[],
+            ),
+        ],
+    ),
+    (
+        "clusterrole-aggregation-controller",
+        &[(
+            &["escalate", "get", "list", "patch", "update", "watch"],
+            &["rbac.authorization.k8s.io"],
+            &["clusterroles"],
+            &[],
+        )],
+    ),
+    (
+        "certificate-controller",
+        &[
+            (
+                &["delete", "get", "list", "watch"],
+                &["certificates.k8s.io"],
+                &["certificatesigningrequests"],
+                &[],
+            ),
+            (
+                UPDATE,
+                &["certificates.k8s.io"],
+                &[
+                    "certificatesigningrequests/approval",
+                    "certificatesigningrequests/status",
+                ],
+                &[],
+            ),
+            (
+                &["approve"],
+                &["certificates.k8s.io"],
+                &["signers"],
+                &["kubernetes.io/kube-apiserver-client-kubelet"],
+            ),
+            (
+                &["sign"],
+                &["certificates.k8s.io"],
+                &["signers"],
+                &[
+                    "kubernetes.io/kube-apiserver-client",
+                    "kubernetes.io/kube-apiserver-client-kubelet",
+                    "kubernetes.io/kubelet-serving",
+                    "kubernetes.io/legacy-unknown",
+                ],
+            ),
+            (
+                CREATE,
+                &["authorization.k8s.io"],
+                &["subjectaccessreviews"],
+                &[],
+            ),
+            EVENTS,
+        ],
+    ),
+    (
+        "replicaset-controller",
+        &[
+            (
+                &["get", "list", "update", "watch"],
+                APPS,
+                &["replicasets"],
+                &[],
+            ),
+            (STATUS, APPS, &["replicasets/status"], &[]),
+            (UPDATE, APPS, &["replicasets/finalizers"], &[]),
+            (OWN_PODS, CORE, &["pods"], &[]),
+            EVENTS,
+        ],
+    ),
+    (
+        "replication-controller",
+        &[
+            (
+                &["get", "list", "update", "watch"],
+                CORE,
+                &["replicationcontrollers"],
+                &[],
+            ),
+            (STATUS, CORE, &["replicationcontrollers/status"], &[]),
+            (UPDATE, CORE, &["replicationcontrollers/finalizers"], &[]),
+            (OWN_PODS, CORE, &["pods"], &[]),
+            EVENTS,
+        ],
+    ),
+    (
+        "deployment-controller",
+        &[
+            (
+                &["get", "list", "patch", "update", "watch"],
+                APPS,
+                &["deployments"],
+                &[],
+            ),
+            (STATUS, APPS, &["deployments/status"], &[]),
+            (UPDATE, APPS, &["deployments/finalizers"], &[]),
+            (ALL_BUT_DC, APPS, &["replicasets"], &[]),
+            (&["get", "list", "update", "watch"], CORE, &["pods"], &[]),
+            EVENTS,
+        ],
+    ),
+    (
+        "statefulset-controller",
+        &[
+            (&["list", "watch"], CORE, &["pods"], &[]),
+            (READ, &["apps"], &["statefulsets"], &[]),
+            (STATUS, &["apps"], &["statefulsets/status"], &[]),
+            (UPDATE, &["apps"], &["statefulsets/finalizers"], &[]),
+            (
+                &["create", "delete", "get", "patch", "update"],
+                CORE,
+                &["pods"],
+                &[],
+            ),
+            (ALL_BUT_DC, &["apps"], &["controllerrevisions"], &[]),
+            (
+                &["create", "get", "list", "watch"],
+                CORE,
+                &["persistentvolumeclaims"],
+                &[],
+            ),
+            (
+                &["delete", "update"],
+                CORE,
+                &["persistentvolumeclaims"],
+                &[],
+            ),
+            (UPDATE, CORE, &["pods/finalizers"], &[]),
+            EVENTS,
+        ],
+    ),
+    (
+        "daemon-set-controller",
+        &[
+            (READ, APPS, &["daemonsets"], &[]),
+            (STATUS, APPS, &["daemonsets/status"], &[]),
+            (UPDATE, APPS, &["daemonsets/finalizers"], &[]),
+            (&["list", "watch"], CORE, &["nodes"], &[]),
+            (OWN_PODS, CORE, &["pods"], &[]),
+            (CREATE, CORE, &["pods/binding"], &[]),
+            (ALL_BUT_DC, &["apps"], &["controllerrevisions"], &[]),
+            EVENTS,
+        ],
+    ),
+    (
+        "job-controller",
+        &[
+            (
+                &["get", "list", "patch", "update", "watch"],
+                &["batch"],
+                &["jobs"],
+                &[],
+            ),
+            (STATUS, &["batch"], &["jobs/status"], &[]),
+            (UPDATE, &["batch"], &["jobs/finalizers"], &[]),
+            (OWN_PODS, CORE, &["pods"], &[]),
+            EVENTS,
+        ],
+    ),
+    (
+        "cronjob-controller",
+        &[
+            (
+                &["get", "list", "update", "watch"],
+                &["batch"],
+                &["cronjobs"],
+                &[],
+            ),
+            (ALL_BUT_DC, &["batch"], &["jobs"], &[]),
+            (STATUS, &["batch"], &["cronjobs/status"], &[]),
+            (UPDATE, &["batch"], &["cronjobs/finalizers"], &[]),
+            (&["delete", "list", "watch"], CORE, &["pods"], &[]),
+            EVENTS,
+        ],
+    ),
+    (
+        "ttl-after-finished-controller",
+        &[
+            (
+                &["delete", "get", "list", "watch"],
+                &["batch"],
+                &["jobs"],
+                &[],
+            ),
+            EVENTS,
+        ],
+    ),
+    (
+        "endpointslice-controller",
+        &[
+            (READ, CORE, &["nodes", "pods", "services"], &[]),
+            (UPDATE, CORE, &["services/finalizers"], &[]),
+            (
+                &["create", "delete", "get", "list", "update", "watch"],
+                &["discovery.k8s.io"],
+                &["endpointslices"],
+                &[],
+            ),
+            EVENTS,
+        ],
+    ),
+    (
+        "endpoint-controller",
+        &[
+            (READ, CORE, &["pods", "services"], &[]),
+            (
+                &["create", "delete", "get", "list", "update", "watch"],
+                CORE,
+                &["endpoints"],
+                &[],
+            ),
+            (CREATE, CORE, &["endpoints/restricted"], &[]),
+            EVENTS,
+        ],
+    ),
+    (
+        "node-controller",
+        &[
+            (
+                &["delete", "get", "list", "patch", "update", "watch"],
+                CORE,
+                &["nodes"],
+                &[],
+            ),
+            (STATUS, CORE, &["nodes/status", "pods/status"], &[]),
+            (&["delete", "get", "list", "watch"], CORE, &["pods"], &[]),
+            EVENTS,
+        ],
+    ),
+    (
+        "disruption-controller",
+        &[
+            (READ, APPS, &["deployments", "replicasets"], &[]),
+            (READ, CORE, &["replicationcontrollers"], &[]),
+            (READ, &["policy"], &["poddisruptionbudgets"], &[]),
+            (READ, &["apps"], &["statefulsets"], &[]),
+            (UPDATE, &["policy"], &["poddisruptionbudgets/status"], &[]),
+            (STATUS, CORE, &["pods/status"], &[]),
+            (&["get"], &["*"], &["*/scale"], &[]),
+            EVENTS,
+        ],
+    ),
+];
+
+const REVIEWS: [Rule; 2] = [
+    (CREATE, &["authentication.k8s.io"], &["tokenreviews"], &[]),
+    (
+        CREATE,
+        &["authorization.k8s.io"],
+        &["subjectaccessreviews"],
+        &[],
+    ),
+];
+
+/// `(name, rules)` of the component ClusterRoles besides the controllers'.
+fn component_roles() -> Vec<(&'static str, Vec<Rule>)> {
+    let leases = |holder: &'static [&'static str]| {
+        [
+            (
+                CREATE,
+                &["coordination.k8s.io"][..],
+                &["leases"][..],
+                &[][..],
+            ),
+            (
+                &["get", "update"][..],
+                &["coordination.k8s.io"][..],
+                &["leases"][..],
+                holder,
+            ),
+        ]
+    };
+    let mut manager = vec![EVENTS];
+    manager.extend(leases(&["kube-controller-manager"]));
+    manager.extend([
+        (CREATE, CORE, &["secrets", "serviceaccounts"][..], &[][..]),
+        (&["delete"], CORE, &["secrets"], &[]),
+        (
+            &["get"],
+            CORE,
+            &["configmaps", "namespaces", "secrets", "serviceaccounts"],
+            &[],
+        ),
+        (UPDATE, CORE, &["secrets", "serviceaccounts"], &[]),
+    ]);
+    manager.extend(REVIEWS);
+    manager.extend([
+        (&["list", "watch"][..], &["*"][..], &["*"][..], &[][..]),
+        (CREATE, CORE, &["serviceaccounts/token"], &[]),
+    ]);
+    let mut scheduler = vec![EVENTS];
+    scheduler.extend(leases(&["kube-scheduler"]));
+    scheduler.extend([
+        (READ, CORE, &["nodes"][..], &[][..]),
+        (&["delete", "get", "list", "watch"], CORE, &["pods"], &[]),
+        (CREATE, CORE, &["bindings", "pods/binding"], &[]),
+        (STATUS, CORE, &["pods/status"], &[]),
+        (READ, CORE, &["replicationcontrollers", "services"], &[]),
+        (READ, APPS, &["replicasets"], &[]),
+        (READ, &["apps"], &["statefulsets"], &[]),
+        (READ, &["policy"], &["poddisruptionbudgets"], &[]),
+        (
+            READ,
+            CORE,
+            &["persistentvolumeclaims", "persistentvolumes"],
+            &[],
+        ),
+    ]);
+    scheduler.extend(REVIEWS);
+    scheduler.extend([
+        (READ, &["storage.k8s.io"][..], &["csinodes"][..], &[][..]),
+        (READ, CORE, &["namespaces"], &[]),
+        (
+            READ,
+            &["storage.k8s.io"],
+            &["csidrivers", "csistoragecapacities"],
+            &[],
+        ),
+        // kubeforge's scheduler reads these; kube's does not.
+        (READ, &["scheduling.k8s.io"], &["priorityclasses"], &[]),
+        (READ, &["scheduling.x-k8s.io"], &["podgroups"], &[]),
+    ]);
+    let volume_scheduler = vec![
+        (
+            &["get", "list", "patch", "update", "watch"][..],
+            CORE,
+            &["persistentvolumes", "persistentvolumeclaims"][..],
+            &[][..],
+        ),
+        (READ, &["storage.k8s.io"], &["storageclasses"], &[]),
+    ];
+    let node = vec![
+        REVIEWS[0],
+        (
+            CREATE,
+            &["authorization.k8s.io"],
+            &["localsubjectaccessreviews", "subjectaccessreviews"],
+            &[],
+        ),
+        (READ, CORE, &["services"], &[]),
+        (
+            &["create", "get", "list", "patch", "update", "watch"],
+            CORE,
+            &["nodes"],
+            &[],
+        ),
+        (STATUS, CORE, &["nodes/status"], &[]),
+        (CREATE_PATCH_UPDATE, CORE, &["events"], &[]),
+        (READ, CORE, &["pods"], &[]),
+        (&["create", "delete"], CORE, &["pods"], &[]),
+        (STATUS, CORE, &["pods/status"], &[]),
+        (CREATE, CORE, &["pods/eviction"], &[]),
+        (READ, CORE, &["configmaps", "secrets"], &[]),
+        (
+            &["get"],
+            CORE,
+            &["persistentvolumeclaims", "persistentvolumes", "endpoints"],
+            &[],
+        ),
+        (
+            &["create", "get", "list", "watch"],
+            &["certificates.k8s.io"],
+            &["certificatesigningrequests"],
+            &[],
+        ),
+        (
+            &["create", "delete", "get", "patch", "update"],
+            &["coordination.k8s.io"],
+            &["leases"],
+            &[],
+        ),
+        (&["get"], &["storage.k8s.io"], &["volumeattachments"], &[]),
+        (CREATE, CORE, &["serviceaccounts/token"], &[]),
+        (
+            &["get", "patch", "update"],
+            CORE,
+            &["persistentvolumeclaims/status"],
+            &[],
+        ),
+        (READ, &["storage.k8s.io"], &["csidrivers"], &[]),
+        (
+            &["create", "delete", "get", "patch", "update"],
+            &["storage.k8s.io"],
+            &["csinodes"],
+            &[],
+        ),
+        (READ, &["node.k8s.io"], &["runtimeclasses"], &[]),
+    ];
+    vec![
+        (CONTROLLER_MANAGER_USER, manager),
+        (SCHEDULER_USER, scheduler),
+        ("system:volume-scheduler", volume_scheduler),
+        ("system:node", node),
+    ]
+}
+
+/// `(binding and role name, user)` of the component ClusterRoleBindings
+/// besides the controllers'.
+const COMPONENT_BINDINGS: &[(&str, &str, &str)] = &[
+    (
+        CONTROLLER_MANAGER_USER,
+        CONTROLLER_MANAGER_USER,
+        CONTROLLER_MANAGER_USER,
+    ),
+    (SCHEDULER_USER, SCHEDULER_USER, SCHEDULER_USER),
+    (
+        "system:volume-scheduler",
+        "system:volume-scheduler",
+        SCHEDULER_USER,
+    ),
+    (
+        "kubeforge:node-simulator",
+        "system:node",
+        NODE_SIMULATOR_USER,
+    ),
+];
+
+/// The ServiceAccounts (in `kube-system`) the built-in controllers write
+/// as, each bound to `system:controller:<name>`.
+pub fn controller_accounts() -> impl Iterator<Item = &'static str> {
+    CONTROLLERS.iter().map(|(a, _)| *a)
+}
+
+fn rules_json(rules: &[Rule]) -> Value {
+    let rules: Vec<Value> = rules
+        .iter()
+        .map(|(verbs, groups, resources, names)| {
+            let mut r = json!({"apiGroups": groups, "resources": resources, "verbs": verbs});
+            if !names.is_empty() {
+                r["resourceNames"] = json!(names);
+            }
+            r
+        })
+        .collect();
+    Value::Array(rules)
+}
+
+/// Create the component roles, bindings and ServiceAccounts that are
+/// missing.
+pub(crate) async fn ensure(server: &ApiServer) -> ApiResult<()> {
+    const ROLES: (&str, &str, &str) = ("rbac.authorization.k8s.io", "v1", "clusterroles");
+    const BINDINGS: (&str, &str, &str) = ("rbac.authorization.k8s.io", "v1", "clusterrolebindings");
+    let role = |name: &str, rules: &[Rule]| {
+        json!({"apiVersion": crate::rbac_defaults::GV, "kind": "ClusterRole",
+            "metadata": crate::rbac_defaults::meta(name), "rules": rules_json(rules)})
+    };
+    let binding = |name: &str, role: &str, subject: Value| {
+        json!({"apiVersion": crate::rbac_defaults::GV, "kind": "ClusterRoleBinding",
+            "metadata": crate::rbac_defaults::meta(name),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [subject]})
+    };
+    for (account, rules) in CONTROLLERS {
+        let name = format!("system:controller:{account}");
+        crate::rest::ensure_object(
+            server,
+            ("", "v1", "serviceaccounts"),
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": account, "namespace": CONTROLLER_NAMESPACE}}),
+        )
+        .await?;
+        crate::rest::ensure_object(server, ROLES, role(&name, rules)).await?;
+        let subject =
+            json!({"kind": "ServiceAccount", "name": account, "namespace": CONTROLLER_NAMESPACE});
+        crate::rest::ensure_object(server, BINDINGS, binding(&name, &name, subject)).await?;
+    }
+    for (name, rules) in component_roles() {
+        crate::rest::ensure_object(server, ROLES, role(name, &rules)).await?;
+    }
+    for (name, role, user) in COMPONENT_BINDINGS {
+        let subject =
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user});
+        crate::rest::ensure_object(server, BINDINGS, binding(name, role, subject)).await?;
+    }
+    Ok(())
+}
