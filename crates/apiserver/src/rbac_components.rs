@@ -19,6 +19,7 @@ use kubeforge_authz::user::ALL_AUTHENTICATED;
 use serde_json::{Value, json};
 
 use crate::error::ApiResult;
+use crate::rbac_defaults::READ;
 use crate::server::ApiServer;
 
 /// The user of the controllers' shared caches and events.
@@ -52,7 +53,6 @@ type Rule = (
 
 const CORE: &[&str] = &[""];
 const APPS: &[&str] = &["apps", "extensions"];
-const READ: &[&str] = &["get", "list", "watch"];
 const UPDATE: &[&str] = &["update"];
 /// Status writes: kube's `update`, and our controllers' merge patches.
 const STATUS: &[&str] = &["patch", "update"];
@@ -348,157 +348,147 @@ const CONTROLLERS: &[(&str, &[Rule])] = &[
     ),
 ];
 
-const REVIEWS: [Rule; 2] = [
-    (CREATE, &["authentication.k8s.io"], &["tokenreviews"], &[]),
-    (
-        CREATE,
-        &["authorization.k8s.io"],
-        &["subjectaccessreviews"],
-        &[],
-    ),
-];
+const LEASES: &[&str] = &["coordination.k8s.io"];
+const STORAGE: &[&str] = &["storage.k8s.io"];
+const TOKEN_REVIEWS: Rule = (CREATE, &["authentication.k8s.io"], &["tokenreviews"], &[]);
+const ACCESS_REVIEWS: Rule = (
+    CREATE,
+    &["authorization.k8s.io"],
+    &["subjectaccessreviews"],
+    &[],
+);
 
 /// `(name, rules)` of the component ClusterRoles besides the controllers'.
-fn component_roles() -> Vec<(&'static str, Vec<Rule>)> {
-    let leases = |holder: &'static [&'static str]| {
-        [
+const COMPONENTS: &[(&str, &[Rule])] = &[
+    (
+        CONTROLLER_MANAGER_USER,
+        &[
+            EVENTS,
+            (CREATE, LEASES, &["leases"], &[]),
+            (
+                &["get", "update"],
+                LEASES,
+                &["leases"],
+                &["kube-controller-manager"],
+            ),
+            (CREATE, CORE, &["secrets", "serviceaccounts"], &[]),
+            (&["delete"], CORE, &["secrets"], &[]),
+            (
+                &["get"],
+                CORE,
+                &["configmaps", "namespaces", "secrets", "serviceaccounts"],
+                &[],
+            ),
+            (UPDATE, CORE, &["secrets", "serviceaccounts"], &[]),
+            TOKEN_REVIEWS,
+            ACCESS_REVIEWS,
+            (&["list", "watch"], &["*"], &["*"], &[]),
+            (CREATE, CORE, &["serviceaccounts/token"], &[]),
+        ],
+    ),
+    (
+        SCHEDULER_USER,
+        &[
+            EVENTS,
+            (CREATE, LEASES, &["leases"], &[]),
+            (&["get", "update"], LEASES, &["leases"], &["kube-scheduler"]),
+            (READ, CORE, &["nodes"], &[]),
+            (&["delete", "get", "list", "watch"], CORE, &["pods"], &[]),
+            (CREATE, CORE, &["bindings", "pods/binding"], &[]),
+            (STATUS, CORE, &["pods/status"], &[]),
+            (READ, CORE, &["replicationcontrollers", "services"], &[]),
+            (READ, APPS, &["replicasets"], &[]),
+            (READ, &["apps"], &["statefulsets"], &[]),
+            (READ, &["policy"], &["poddisruptionbudgets"], &[]),
+            (
+                READ,
+                CORE,
+                &["persistentvolumeclaims", "persistentvolumes"],
+                &[],
+            ),
+            TOKEN_REVIEWS,
+            ACCESS_REVIEWS,
+            (READ, STORAGE, &["csinodes"], &[]),
+            (READ, CORE, &["namespaces"], &[]),
+            (READ, STORAGE, &["csidrivers", "csistoragecapacities"], &[]),
+            // kubeforge's scheduler reads these; kube's does not.
+            (READ, &["scheduling.k8s.io"], &["priorityclasses"], &[]),
+            (READ, &["scheduling.x-k8s.io"], &["podgroups"], &[]),
+        ],
+    ),
+    (
+        "system:volume-scheduler",
+        &[
+            (
+                &["get", "list", "patch", "update", "watch"],
+                CORE,
+                &["persistentvolumes", "persistentvolumeclaims"],
+                &[],
+            ),
+            (READ, STORAGE, &["storageclasses"], &[]),
+        ],
+    ),
+    (
+        "system:node",
+        &[
+            TOKEN_REVIEWS,
             (
                 CREATE,
-                &["coordination.k8s.io"][..],
-                &["leases"][..],
-                &[][..],
+                &["authorization.k8s.io"],
+                &["localsubjectaccessreviews", "subjectaccessreviews"],
+                &[],
+            ),
+            (READ, CORE, &["services"], &[]),
+            (
+                &["create", "get", "list", "patch", "update", "watch"],
+                CORE,
+                &["nodes"],
+                &[],
+            ),
+            (STATUS, CORE, &["nodes/status"], &[]),
+            (CREATE_PATCH_UPDATE, CORE, &["events"], &[]),
+            (READ, CORE, &["pods"], &[]),
+            (&["create", "delete"], CORE, &["pods"], &[]),
+            (STATUS, CORE, &["pods/status"], &[]),
+            (CREATE, CORE, &["pods/eviction"], &[]),
+            (READ, CORE, &["configmaps", "secrets"], &[]),
+            (
+                &["get"],
+                CORE,
+                &["persistentvolumeclaims", "persistentvolumes", "endpoints"],
+                &[],
             ),
             (
-                &["get", "update"][..],
-                &["coordination.k8s.io"][..],
-                &["leases"][..],
-                holder,
+                &["create", "get", "list", "watch"],
+                &["certificates.k8s.io"],
+                &["certificatesigningrequests"],
+                &[],
             ),
-        ]
-    };
-    let mut manager = vec![EVENTS];
-    manager.extend(leases(&["kube-controller-manager"]));
-    manager.extend([
-        (CREATE, CORE, &["secrets", "serviceaccounts"][..], &[][..]),
-        (&["delete"], CORE, &["secrets"], &[]),
-        (
-            &["get"],
-            CORE,
-            &["configmaps", "namespaces", "secrets", "serviceaccounts"],
-            &[],
-        ),
-        (UPDATE, CORE, &["secrets", "serviceaccounts"], &[]),
-    ]);
-    manager.extend(REVIEWS);
-    manager.extend([
-        (&["list", "watch"][..], &["*"][..], &["*"][..], &[][..]),
-        (CREATE, CORE, &["serviceaccounts/token"], &[]),
-    ]);
-    let mut scheduler = vec![EVENTS];
-    scheduler.extend(leases(&["kube-scheduler"]));
-    scheduler.extend([
-        (READ, CORE, &["nodes"][..], &[][..]),
-        (&["delete", "get", "list", "watch"], CORE, &["pods"], &[]),
-        (CREATE, CORE, &["bindings", "pods/binding"], &[]),
-        (STATUS, CORE, &["pods/status"], &[]),
-        (READ, CORE, &["replicationcontrollers", "services"], &[]),
-        (READ, APPS, &["replicasets"], &[]),
-        (READ, &["apps"], &["statefulsets"], &[]),
-        (READ, &["policy"], &["poddisruptionbudgets"], &[]),
-        (
-            READ,
-            CORE,
-            &["persistentvolumeclaims", "persistentvolumes"],
-            &[],
-        ),
-    ]);
-    scheduler.extend(REVIEWS);
-    scheduler.extend([
-        (READ, &["storage.k8s.io"][..], &["csinodes"][..], &[][..]),
-        (READ, CORE, &["namespaces"], &[]),
-        (
-            READ,
-            &["storage.k8s.io"],
-            &["csidrivers", "csistoragecapacities"],
-            &[],
-        ),
-        // kubeforge's scheduler reads these; kube's does not.
-        (READ, &["scheduling.k8s.io"], &["priorityclasses"], &[]),
-        (READ, &["scheduling.x-k8s.io"], &["podgroups"], &[]),
-    ]);
-    let volume_scheduler = vec![
-        (
-            &["get", "list", "patch", "update", "watch"][..],
-            CORE,
-            &["persistentvolumes", "persistentvolumeclaims"][..],
-            &[][..],
-        ),
-        (READ, &["storage.k8s.io"], &["storageclasses"], &[]),
-    ];
-    let node = vec![
-        REVIEWS[0],
-        (
-            CREATE,
-            &["authorization.k8s.io"],
-            &["localsubjectaccessreviews", "subjectaccessreviews"],
-            &[],
-        ),
-        (READ, CORE, &["services"], &[]),
-        (
-            &["create", "get", "list", "patch", "update", "watch"],
-            CORE,
-            &["nodes"],
-            &[],
-        ),
-        (STATUS, CORE, &["nodes/status"], &[]),
-        (CREATE_PATCH_UPDATE, CORE, &["events"], &[]),
-        (READ, CORE, &["pods"], &[]),
-        (&["create", "delete"], CORE, &["pods"], &[]),
-        (STATUS, CORE, &["pods/status"], &[]),
-        (CREATE, CORE, &["pods/eviction"], &[]),
-        (READ, CORE, &["configmaps", "secrets"], &[]),
-        (
-            &["get"],
-            CORE,
-            &["persistentvolumeclaims", "persistentvolumes", "endpoints"],
-            &[],
-        ),
-        (
-            &["create", "get", "list", "watch"],
-            &["certificates.k8s.io"],
-            &["certificatesigningrequests"],
-            &[],
-        ),
-        (
-            &["create", "delete", "get", "patch", "update"],
-            &["coordination.k8s.io"],
-            &["leases"],
-            &[],
-        ),
-        (&["get"], &["storage.k8s.io"], &["volumeattachments"], &[]),
-        (CREATE, CORE, &["serviceaccounts/token"], &[]),
-        (
-            &["get", "patch", "update"],
-            CORE,
-            &["persistentvolumeclaims/status"],
-            &[],
-        ),
-        (READ, &["storage.k8s.io"], &["csidrivers"], &[]),
-        (
-            &["create", "delete", "get", "patch", "update"],
-            &["storage.k8s.io"],
-            &["csinodes"],
-            &[],
-        ),
-        (READ, &["node.k8s.io"], &["runtimeclasses"], &[]),
-    ];
-    vec![
-        (CONTROLLER_MANAGER_USER, manager),
-        (SCHEDULER_USER, scheduler),
-        ("system:volume-scheduler", volume_scheduler),
-        ("system:node", node),
-    ]
-}
+            (
+                &["create", "delete", "get", "patch", "update"],
+                LEASES,
+                &["leases"],
+                &[],
+            ),
+            (&["get"], STORAGE, &["volumeattachments"], &[]),
+            (CREATE, CORE, &["serviceaccounts/token"], &[]),
+            (
+                &["get", "patch", "update"],
+                CORE,
+                &["persistentvolumeclaims/status"],
+                &[],
+            ),
+            (READ, STORAGE, &["csidrivers"], &[]),
+            (
+                &["create", "delete", "get", "patch", "update"],
+                STORAGE,
+                &["csinodes"],
+                &[],
+            ),
+            (READ, &["node.k8s.io"], &["runtimeclasses"], &[]),
+        ],
+    ),
+];
 
 /// `(binding and role name, user)` of the component ClusterRoleBindings
 /// besides the controllers'.
@@ -544,17 +534,8 @@ fn rules_json(rules: &[Rule]) -> Value {
 /// Create the component roles, bindings and ServiceAccounts that are
 /// missing.
 pub(crate) async fn ensure(server: &ApiServer) -> ApiResult<()> {
-    const ROLES: (&str, &str, &str) = ("rbac.authorization.k8s.io", "v1", "clusterroles");
-    const BINDINGS: (&str, &str, &str) = ("rbac.authorization.k8s.io", "v1", "clusterrolebindings");
-    let role = |name: &str, rules: &[Rule]| {
-        json!({"apiVersion": crate::rbac_defaults::GV, "kind": "ClusterRole",
-            "metadata": crate::rbac_defaults::meta(name), "rules": rules_json(rules)})
-    };
-    let binding = |name: &str, role: &str, subject: Value| {
-        json!({"apiVersion": crate::rbac_defaults::GV, "kind": "ClusterRoleBinding",
-            "metadata": crate::rbac_defaults::meta(name),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [subject]})
+    use crate::rbac_defaults::{
+        CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES, cluster_role, cluster_role_binding,
     };
     for (account, rules) in CONTROLLERS {
         let name = format!("system:controller:{account}");
@@ -565,18 +546,26 @@ pub(crate) async fn ensure(server: &ApiServer) -> ApiResult<()> {
                 "metadata": {"name": account, "namespace": CONTROLLER_NAMESPACE}}),
         )
         .await?;
-        crate::rest::ensure_object(server, ROLES, role(&name, rules)).await?;
+        crate::rest::ensure_object(
+            server,
+            CLUSTER_ROLES,
+            cluster_role(&name, rules_json(rules)),
+        )
+        .await?;
         let subject =
             json!({"kind": "ServiceAccount", "name": account, "namespace": CONTROLLER_NAMESPACE});
-        crate::rest::ensure_object(server, BINDINGS, binding(&name, &name, subject)).await?;
+        let binding = cluster_role_binding(&name, &name, vec![subject]);
+        crate::rest::ensure_object(server, CLUSTER_ROLE_BINDINGS, binding).await?;
     }
-    for (name, rules) in component_roles() {
-        crate::rest::ensure_object(server, ROLES, role(name, &rules)).await?;
+    for (name, rules) in COMPONENTS {
+        crate::rest::ensure_object(server, CLUSTER_ROLES, cluster_role(name, rules_json(rules)))
+            .await?;
     }
     for (name, role, user) in COMPONENT_BINDINGS {
         let subject =
             json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user});
-        crate::rest::ensure_object(server, BINDINGS, binding(name, role, subject)).await?;
+        let binding = cluster_role_binding(name, role, vec![subject]);
+        crate::rest::ensure_object(server, CLUSTER_ROLE_BINDINGS, binding).await?;
     }
     Ok(())
 }

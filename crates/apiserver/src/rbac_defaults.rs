@@ -14,9 +14,15 @@ use serde_json::{Value, json};
 use crate::error::ApiResult;
 use crate::server::ApiServer;
 
-pub(crate) const GV: &str = "rbac.authorization.k8s.io/v1";
+const GV: &str = "rbac.authorization.k8s.io/v1";
+/// The resource ClusterRoles are created through.
+pub(crate) const CLUSTER_ROLES: (&str, &str, &str) =
+    ("rbac.authorization.k8s.io", "v1", "clusterroles");
+/// The resource ClusterRoleBindings are created through.
+pub(crate) const CLUSTER_ROLE_BINDINGS: (&str, &str, &str) =
+    ("rbac.authorization.k8s.io", "v1", "clusterrolebindings");
 
-pub(crate) fn meta(name: &str) -> Value {
+fn meta(name: &str) -> Value {
     json!({
         "name": name,
         "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
@@ -24,8 +30,22 @@ pub(crate) fn meta(name: &str) -> Value {
     })
 }
 
-const READ: [&str; 3] = ["get", "list", "watch"];
+/// Read verbs.
+pub(crate) const READ: &[&str] = &["get", "list", "watch"];
 const WRITE: [&str; 5] = ["create", "delete", "deletecollection", "patch", "update"];
+
+/// A bootstrap ClusterRole `name` with `rules`.
+pub(crate) fn cluster_role(name: &str, rules: Value) -> Value {
+    json!({"apiVersion": GV, "kind": "ClusterRole", "metadata": meta(name), "rules": rules})
+}
+
+/// A bootstrap ClusterRoleBinding `name` of ClusterRole `role` to
+/// `subjects`.
+pub(crate) fn cluster_role_binding(name: &str, role: &str, subjects: Vec<Value>) -> Value {
+    json!({"apiVersion": GV, "kind": "ClusterRoleBinding", "metadata": meta(name),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": subjects})
+}
 
 fn rule(verbs: &[&str], group: &str, resources: &[&str]) -> Value {
     json!({"apiGroups": [group], "resources": resources, "verbs": verbs})
@@ -63,7 +83,7 @@ fn aggregated_roles() -> Vec<(&'static str, Value, Value, Option<&'static str>)>
             to("edit"),
             json!([
                 rule(
-                    &READ,
+                    READ,
                     "",
                     &[
                         "pods/attach",
@@ -146,7 +166,7 @@ fn aggregated_roles() -> Vec<(&'static str, Value, Value, Option<&'static str>)>
             to("view"),
             json!([
                 rule(
-                    &READ,
+                    READ,
                     "",
                     &[
                         "pods",
@@ -162,7 +182,7 @@ fn aggregated_roles() -> Vec<(&'static str, Value, Value, Option<&'static str>)>
                     ]
                 ),
                 rule(
-                    &READ,
+                    READ,
                     "",
                     &[
                         "limitranges",
@@ -176,9 +196,9 @@ fn aggregated_roles() -> Vec<(&'static str, Value, Value, Option<&'static str>)>
                         "pods/log"
                     ]
                 ),
-                rule(&READ, "", &["namespaces"]),
+                rule(READ, "", &["namespaces"]),
                 rule(
-                    &READ,
+                    READ,
                     "apps",
                     &[
                         "controllerrevisions",
@@ -196,7 +216,7 @@ fn aggregated_roles() -> Vec<(&'static str, Value, Value, Option<&'static str>)>
                     ]
                 ),
                 rule(
-                    &READ,
+                    READ,
                     "autoscaling",
                     &[
                         "horizontalpodautoscalers",
@@ -204,12 +224,12 @@ fn aggregated_roles() -> Vec<(&'static str, Value, Value, Option<&'static str>)>
                     ]
                 ),
                 rule(
-                    &READ,
+                    READ,
                     "batch",
                     &["jobs", "cronjobs", "cronjobs/status", "jobs/status"]
                 ),
                 rule(
-                    &READ,
+                    READ,
                     "extensions",
                     &[
                         "daemonsets",
@@ -227,12 +247,12 @@ fn aggregated_roles() -> Vec<(&'static str, Value, Value, Option<&'static str>)>
                     ]
                 ),
                 rule(
-                    &READ,
+                    READ,
                     "policy",
                     &["poddisruptionbudgets", "poddisruptionbudgets/status"]
                 ),
                 rule(
-                    &READ,
+                    READ,
                     "networking.k8s.io",
                     &["networkpolicies", "ingresses", "ingresses/status"]
                 ),
@@ -286,7 +306,7 @@ fn cluster_roles() -> Vec<(&'static str, Value)> {
 }
 
 /// `(name, role, groups)` of the bootstrap ClusterRoleBindings.
-const CLUSTER_ROLE_BINDINGS: &[(&str, &str, &[&str])] = &[
+const BOOTSTRAP_BINDINGS: &[(&str, &str, &[&str])] = &[
     ("cluster-admin", "cluster-admin", &["system:masters"]),
     (
         "system:discovery",
@@ -313,43 +333,32 @@ const CLUSTER_ROLE_BINDINGS: &[(&str, &str, &[&str])] = &[
 /// Create the bootstrap roles and bindings that are missing.
 pub(crate) async fn ensure(server: &ApiServer) -> ApiResult<()> {
     for (name, labels, rules, gathers) in aggregated_roles() {
-        let mut m = meta(name);
-        if let (Some(l), Some(extra)) = (m["labels"].as_object_mut(), labels.as_object()) {
+        let mut role = cluster_role(name, rules);
+        if let (Some(l), Some(extra)) = (
+            role["metadata"]["labels"].as_object_mut(),
+            labels.as_object(),
+        ) {
             l.extend(extra.clone());
         }
-        let mut role =
-            json!({"apiVersion": GV, "kind": "ClusterRole", "metadata": m, "rules": rules});
         if let Some(k) = gathers {
             role["aggregationRule"] = json!({"clusterRoleSelectors": [
                 {"matchLabels": {format!("rbac.authorization.k8s.io/aggregate-to-{k}"): "true"}}
             ]});
         }
-        crate::rest::ensure_object(
-            server,
-            ("rbac.authorization.k8s.io", "v1", "clusterroles"),
-            role,
-        )
-        .await?;
+        crate::rest::ensure_object(server, CLUSTER_ROLES, role).await?;
     }
     for (name, rules) in cluster_roles() {
-        crate::rest::ensure_object(
-            server,
-            ("rbac.authorization.k8s.io", "v1", "clusterroles"),
-            json!({"apiVersion": GV, "kind": "ClusterRole", "metadata": meta(name), "rules": rules}),
-        )
-        .await?;
+        crate::rest::ensure_object(server, CLUSTER_ROLES, cluster_role(name, rules)).await?;
     }
-    for (name, role, groups) in CLUSTER_ROLE_BINDINGS {
+    for (name, role, groups) in BOOTSTRAP_BINDINGS {
         let subjects: Vec<Value> = groups
             .iter()
             .map(|g| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g}))
             .collect();
         crate::rest::ensure_object(
             server,
-            ("rbac.authorization.k8s.io", "v1", "clusterrolebindings"),
-            json!({"apiVersion": GV, "kind": "ClusterRoleBinding", "metadata": meta(name),
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": subjects}),
+            CLUSTER_ROLE_BINDINGS,
+            cluster_role_binding(name, role, subjects),
         )
         .await?;
     }

@@ -22,6 +22,37 @@ where
     }
 }
 
+/// Create Deployment `web` (nginx, label `app=web`) with `replicas` and
+/// wait until all of them are available.
+async fn roll_out_web(deployments: &Api<Deployment>, replicas: i32) {
+    let deploy: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "nginx", "image": "nginx"}]},
+            },
+        },
+    }))
+    .expect("deployment");
+    deployments
+        .create(&PostParams::default(), &deploy)
+        .await
+        .expect("create deployment");
+    eventually(&format!("{replicas} available replicas"), || async {
+        deployments
+            .get("web")
+            .await
+            .ok()
+            .and_then(|d| d.status)
+            .and_then(|s| s.available_replicas)
+            == Some(replicas)
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deployment_rolls_out_onto_simulated_nodes() {
     let env = TestEnv::builder()
@@ -43,33 +74,8 @@ async fn deployment_rolls_out_onto_simulated_nodes() {
     assert_eq!(names, ["node-0", "node-1"]);
     assert_eq!(env.simulator().map(|s| s.nodes().len()), Some(2));
 
-    let deploy: Deployment = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "web"},
-        "spec": {
-            "replicas": 3,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "nginx", "image": "nginx"}]},
-            },
-        },
-    }))
-    .expect("deployment");
     let deployments: Api<Deployment> = Api::default_namespaced(env.client());
-    deployments
-        .create(&PostParams::default(), &deploy)
-        .await
-        .expect("create");
-    eventually("3 available replicas", || async {
-        deployments
-            .get("web")
-            .await
-            .ok()
-            .and_then(|d| d.status)
-            .and_then(|s| s.available_replicas)
-            == Some(3)
-    })
-    .await;
+    roll_out_web(&deployments, 3).await;
     let pods: Api<Pod> = Api::default_namespaced(env.client());
     let list = pods
         .list(&ListParams::default().labels("app=web"))
@@ -194,22 +200,6 @@ async fn builtin_components_run_under_their_own_least_privilege_identities() {
     // deleting the Deployment collects its pods and a deleted namespace is
     // emptied and finalized.
     let deployments: Api<Deployment> = Api::default_namespaced(env.client());
-    let deploy: Deployment = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "web"},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "nginx", "image": "nginx"}]},
-            },
-        },
-    }))
-    .expect("deployment");
-    deployments
-        .create(&PostParams::default(), &deploy)
-        .await
-        .expect("create deployment");
     let services: Api<k8s_openapi::api::core::v1::Service> = Api::default_namespaced(env.client());
     let svc = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "web"},
@@ -220,16 +210,7 @@ async fn builtin_components_run_under_their_own_least_privilege_identities() {
         .create(&PostParams::default(), &svc)
         .await
         .expect("create service");
-    eventually("2 available replicas", || async {
-        deployments
-            .get("web")
-            .await
-            .ok()
-            .and_then(|d| d.status)
-            .and_then(|s| s.available_replicas)
-            == Some(2)
-    })
-    .await;
+    roll_out_web(&deployments, 2).await;
     let slices: Api<EndpointSlice> = Api::default_namespaced(env.client());
     eventually("2 ready endpoints", || async {
         slices
