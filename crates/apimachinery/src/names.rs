@@ -373,6 +373,39 @@ pub fn is_path_segment_name(s: &str, prefix: bool) -> Vec<String> {
         .collect()
 }
 
+const CONFIG_MAP_KEY_FMT: &str = "[-._a-zA-Z0-9]+";
+const CONFIG_MAP_KEY_ERR: &str =
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.'";
+
+/// Problems with `s` as a ConfigMap or Secret data key (Go's
+/// `IsConfigMapKey`): at most 253 characters of `[-._a-zA-Z0-9]`, not `.`
+/// or `..` and not starting with `..` (a key becomes a file name in a
+/// volume).
+pub fn is_config_map_key(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > DNS1123_SUBDOMAIN_MAX_LENGTH {
+        errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX_LENGTH));
+    }
+    let ok = !s.is_empty()
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
+    if !ok {
+        errs.push(regex_error(
+            CONFIG_MAP_KEY_ERR,
+            CONFIG_MAP_KEY_FMT,
+            &["key.name", "KEY_NAME", "key-name"],
+        ));
+    }
+    if s == "." {
+        errs.push("must not be '.'".into());
+    } else if s == ".." {
+        errs.push("must not be '..'".into());
+    } else if s.starts_with("..") {
+        errs.push("must not start with '..'".into());
+    }
+    errs
+}
+
 const STANDARD_ORPHAN: &str = "orphan";
 const STANDARD_FOREGROUND: &str = "foregroundDeletion";
 
@@ -617,6 +650,31 @@ mod tests {
         let too_long = format!("{long_ok}a");
         assert_eq!(
             is_dns1123_subdomain(&too_long),
+            vec!["must be no more than 253 characters".to_string()]
+        );
+    }
+
+    #[test]
+    fn config_map_keys_are_file_names() {
+        const MSG: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
+        for ok in [
+            "a", "key.name", "KEY_NAME", "key-name", ".hidden", "a..b", "tls.crt",
+        ] {
+            assert!(is_config_map_key(ok).is_empty(), "{ok}");
+        }
+        assert_eq!(is_config_map_key("a/b"), vec![MSG.to_string()]);
+        assert_eq!(is_config_map_key(""), vec![MSG.to_string()]);
+        assert_eq!(is_config_map_key("."), vec!["must not be '.'".to_string()]);
+        assert_eq!(
+            is_config_map_key(".."),
+            vec!["must not be '..'".to_string()]
+        );
+        assert_eq!(
+            is_config_map_key("..data"),
+            vec!["must not start with '..'".to_string()]
+        );
+        assert_eq!(
+            is_config_map_key(&"k".repeat(254)),
             vec!["must be no more than 253 characters".to_string()]
         );
     }

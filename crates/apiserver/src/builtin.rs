@@ -175,7 +175,7 @@ static ROWS: &[Row] = &[
         NONE,
         Subdomain,
         false,
-        Plain,
+        ConfigMap,
         configmap_columns
     ),
     row!(
@@ -189,7 +189,7 @@ static ROWS: &[Row] = &[
         &["type"],
         Subdomain,
         false,
-        Plain,
+        Secret,
         secret_columns
     ),
     row!(

@@ -59,6 +59,7 @@ mod rest;
 mod reviews;
 mod satokens;
 mod scale;
+mod secrets;
 mod server;
 mod ssa;
 mod strategy;

@@ -72,6 +72,14 @@ const CREATE_PATCH_UPDATE: &[&str] = &["create", "patch", "update"];
 /// `(ServiceAccount, rules of system:controller:<account>)`.
 const CONTROLLERS: &[(&str, &[Rule])] = &[
     (
+        "service-account-controller",
+        &[(CREATE, CORE, &["serviceaccounts"], &[]), EVENTS],
+    ),
+    (
+        "root-ca-cert-publisher",
+        &[(&["create", "update"], CORE, &["configmaps"], &[]), EVENTS],
+    ),
+    (
         "generic-garbage-collector",
         &[
             (

@@ -58,6 +58,10 @@ pub enum Strategy {
     Node,
     /// Workloads that embed a pod template (defaults for the template).
     Workload,
+    /// Secrets: `stringData`, the default type, per-type validation.
+    Secret,
+    /// ConfigMaps: key and size validation.
+    ConfigMap,
 }
 
 /// What a custom resource row knows beyond a built-in one.

@@ -585,6 +585,11 @@ fn validate_parts(
     if whole {
         crate::strategy::validate(ctx, obj, &mut causes);
         crate::priority::validate_class(ctx, obj, old, &mut causes);
+        match ctx.def.strategy {
+            Strategy::Secret => crate::secrets::validate_secret(obj, old, &mut causes),
+            Strategy::ConfigMap => crate::secrets::validate_config_map(obj, old, &mut causes),
+            _ => {}
+        }
     }
     ctx.def.check_causes(name, causes)
 }

@@ -8,10 +8,18 @@
 //! and UID. It stops authenticating when that ServiceAccount is gone or
 //! recreated, or when its bound object is gone or was deleted more than 60
 //! s ago: "service account token has been invalidated".
+//!
+//! Legacy tokens — those the tokens controller writes into
+//! `kubernetes.io/service-account-token` Secrets — authenticate while their
+//! Secret holds them and their ServiceAccount stands (kube's
+//! `legacyValidator`, with the last-used and invalid-since labels).
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use http::{Response, StatusCode};
 use kubeforge_authz::UserInfo;
-use kubeforge_authz::satoken::{Claims, KubernetesClaims, ObjectRef, TokenError};
+use kubeforge_authz::satoken::legacy;
+use kubeforge_authz::satoken::{Claims, KubernetesClaims, ObjectRef, TokenError, TokenIssuer};
 use serde_json::{Value, json};
 
 use crate::body::ApiBody;
@@ -250,6 +258,9 @@ pub(crate) enum Rejected {
     /// The ServiceAccount or its bound object is gone or recreated.
     #[error("service account token has been invalidated")]
     Invalidated,
+    /// A legacy token's check failed (kube's text).
+    #[error("{0}")]
+    Legacy(String),
     /// The ServiceAccount was recreated.
     #[error("service account UID ({stored}) does not match claim ({claimed})")]
     Uid {
@@ -279,8 +290,9 @@ fn still_bound(server: &ApiServer, plural: &str, ns: Option<&str>, r: &ObjectRef
     }
 }
 
-/// The user a ServiceAccount token authenticates for `audiences` (the
-/// API's when empty).
+/// The user a ServiceAccount token (a TokenRequest token, or a legacy
+/// token Secret's) authenticates for `audiences` (the API's when empty),
+/// and the audiences it matched.
 pub(crate) fn authenticate(
     server: &ApiServer,
     token: &str,
@@ -291,7 +303,12 @@ pub(crate) fn authenticate(
         .access
         .token_issuer()
         .ok_or(Rejected::Token(TokenError::OtherIssuer))?;
-    let claims = issuer.verify(token, audiences)?;
+    let claims = match issuer.verify(token, audiences) {
+        Err(TokenError::OtherIssuer) => {
+            return authenticate_legacy(server, &issuer, token, audiences);
+        }
+        other => other?,
+    };
     let k = &claims.kubernetes;
     let sa = stored(
         server,
@@ -335,6 +352,124 @@ pub(crate) fn authenticate(
         .cloned()
         .collect();
     Ok((claims.user(), matched))
+}
+
+fn deleting(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
+/// A legacy token (kube's `legacyValidator`): for the API's audiences
+/// only; its Secret must stand, not be deleting, hold exactly this token
+/// and not carry the invalid-since label; its ServiceAccount must stand
+/// with the claimed UID. A use stamps the Secret's last-used label.
+fn authenticate_legacy(
+    server: &ApiServer,
+    issuer: &TokenIssuer,
+    token: &str,
+    audiences: &[String],
+) -> Result<(UserInfo, Vec<String>), Rejected> {
+    let claims = issuer.verify_legacy(token)?;
+    let api = issuer.api_audiences();
+    let matched: Vec<String> = if audiences.is_empty() {
+        api.to_vec()
+    } else {
+        audiences
+            .iter()
+            .filter(|a| api.contains(a))
+            .cloned()
+            .collect()
+    };
+    if matched.is_empty() {
+        return Err(TokenError::Audience {
+            token: api.to_vec(),
+            target: audiences.to_vec(),
+        }
+        .into());
+    }
+    let (ns, sa_name, secret_name) = (
+        claims.namespace.as_str(),
+        claims.service_account_name.as_str(),
+        claims.secret_name.as_str(),
+    );
+    let invalidated = || Rejected::Legacy("Token has been invalidated".into());
+    let secret = stored(server, "secrets", Some(ns), secret_name).ok_or_else(invalidated)?;
+    if deleting(&secret) {
+        return Err(invalidated());
+    }
+    let held = secret
+        .pointer(&format!("/data/{}", legacy::TOKEN_KEY))
+        .and_then(Value::as_str)
+        .and_then(|s| STANDARD.decode(s).ok())
+        .unwrap_or_default();
+    if !legacy::token_matches(&held, token) {
+        return Err(Rejected::Legacy(
+            "Token does not match server's copy".into(),
+        ));
+    }
+    let sa = stored(server, "serviceaccounts", Some(ns), sa_name)
+        .ok_or_else(|| Rejected::Legacy(format!("serviceaccounts \"{sa_name}\" not found")))?;
+    if deleting(&sa) {
+        return Err(Rejected::Legacy(format!(
+            "ServiceAccount {ns}/{sa_name} has been deleted"
+        )));
+    }
+    if uid(&sa) != claims.service_account_uid {
+        return Err(Rejected::Legacy(format!(
+            "ServiceAccount UID ({}) does not match claim ({})",
+            uid(&sa),
+            claims.service_account_uid
+        )));
+    }
+    let label = |key: &str| {
+        secret
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(key))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    mark_used(server, ns, secret_name, &label(legacy::LAST_USED_LABEL));
+    if !label(legacy::INVALID_SINCE_LABEL).is_empty() {
+        return Err(Rejected::Legacy(format!(
+            "the token in secret {ns}/{secret_name} for service account {ns}/{sa_name} has been \
+             marked invalid. Use tokens from the TokenRequest API or manually created \
+             secret-based tokens, or remove the '{}' label from the secret to temporarily allow \
+             use of this token",
+            legacy::INVALID_SINCE_LABEL
+        )));
+    }
+    Ok((claims.user(), matched))
+}
+
+/// Stamp Secret `ns/name` with today's date (UTC) as its token's last use,
+/// unless `last` already says today or tomorrow (kube's tolerance for
+/// clock skew between servers). The write runs beside the request, as
+/// the server's loopback user; a failure only delays the stamp.
+fn mark_used(server: &ApiServer, ns: &str, name: &str, last: &str) {
+    let today = jiff::Timestamp::now()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .date();
+    let tomorrow = today.tomorrow().map(|d| d.to_string()).unwrap_or_default();
+    let today = today.to_string();
+    if last == today || last == tomorrow {
+        return;
+    }
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let api: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(server.client(), ns);
+    let name = name.to_string();
+    rt.spawn(async move {
+        let patch = json!({"metadata": {"labels": {legacy::LAST_USED_LABEL: today}}});
+        if let Err(e) = api
+            .patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch))
+            .await
+        {
+            tracing::warn!(secret = %name, error = %e, "could not record a legacy token's last use");
+        }
+    });
 }
 
 /// TokenReview's status for `spec`.

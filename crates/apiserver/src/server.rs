@@ -631,6 +631,12 @@ impl ApiServer {
             .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(issuer));
     }
 
+    /// The ServiceAccount token issuer, whose key the tokens controller
+    /// signs legacy token Secrets with.
+    pub fn token_issuer(&self) -> Option<Arc<kubeforge_authz::satoken::TokenIssuer>> {
+        self.inner.access.token_issuer()
+    }
+
     /// Decide requests by RBAC (kube's `--authorization-mode=RBAC`):
     /// `system:masters` may do anything, everyone else what their Roles and
     /// ClusterRoles grant, with kubeforge's access policies

@@ -34,7 +34,8 @@ pub fn prepare_create(ctx: &Ctx<'_>, obj: &mut Value) {
             default_workload(&ctx.def.kind, obj);
             drop_status(obj);
         }
-        Strategy::Node | Strategy::Crd => {}
+        Strategy::Secret => crate::secrets::prepare(obj),
+        Strategy::Node | Strategy::Crd | Strategy::ConfigMap => {}
         Strategy::Plain => {
             if ctx.def.status {
                 drop_status(obj);
@@ -93,6 +94,7 @@ pub fn prepare_update(ctx: &Ctx<'_>, obj: &mut Value, old: &Value) {
             default_service(obj);
         }
         Strategy::Workload => default_workload(&ctx.def.kind, obj),
+        Strategy::Secret => crate::secrets::prepare(obj),
         Strategy::Namespace => {
             set_namespace_name_label(obj);
             if let Some(phase) = old.pointer("/status/phase").cloned()

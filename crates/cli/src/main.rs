@@ -284,11 +284,11 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     let addr = listener
         .local_addr()
         .context("reading the listener address")?;
-    let (kubeconfig, tls) = if args.insecure_http {
+    let (kubeconfig, tls, root_ca) = if args.insecure_http {
         eprintln!(
             "warning: serving plain HTTP without authentication on {addr}: every local client is an administrator (drop --insecure-http for HTTPS with client certificates)"
         );
-        (write_kubeconfig(&args.data_dir, addr)?, None)
+        (write_kubeconfig(&args.data_dir, addr)?, None, None)
     } else {
         let pki = pki::load_or_create(&args.data_dir, addr)?;
         let tokens = match &args.token_auth_file {
@@ -323,6 +323,7 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
         (
             write_private_kubeconfig(&args.data_dir, &text)?,
             Some(config),
+            Some(pki.ca),
         )
     };
     let shutdown = async {
@@ -335,7 +336,9 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     let controllers = if up {
         server.set_controllers_running(true);
         Some(kubeforge_controllers::start_builtin(
-            server.controller_clients(),
+            kubeforge_controllers::ControllerClients::from(server.controller_clients())
+                .with_token_issuer(server.token_issuer())
+                .with_root_ca(root_ca),
         ))
     } else {
         None

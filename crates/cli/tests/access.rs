@@ -980,3 +980,323 @@ rules: [{apiGroups: [""], resources: [resourcequotas], verbs: [update]}]
     assert_eq!(can("vic", &["update", "resourcequotas"]), "no");
     c.stop();
 }
+
+/// What every namespace of a real cluster has, and the long-lived tokens of
+/// `kubernetes.io/service-account-token` Secrets: filled in by the tokens
+/// controller, authenticating while the Secret and its ServiceAccount
+/// stand, refused while marked invalid, stamped when used, and revoked
+/// with the account.
+#[test]
+fn legacy_token_secrets_are_filled_in_authenticate_and_die_with_their_account() {
+    use base64::Engine as _;
+    let b64 = |s: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(s.trim())
+            .map(|b| text_of(&b))
+            .unwrap_or_else(|e| panic!("base64 {s:?}: {e}"))
+    };
+    let c = Cluster::start(&["--memory"]);
+    let k = default_kubectl();
+    let ca = std::fs::read_to_string(c.dir.0.join("state/pki/ca.crt")).expect("ca.crt");
+
+    // Every namespace gets its `default` ServiceAccount and the CA bundle.
+    c.ok(&k, &["create", "namespace", "team"]);
+    for ns in ["default", "team"] {
+        c.ok(
+            &k,
+            &[
+                "wait",
+                "--for=create",
+                "-n",
+                ns,
+                "serviceaccount/default",
+                "--timeout=60s",
+            ],
+        );
+        c.ok(
+            &k,
+            &[
+                "wait",
+                "--for=create",
+                "-n",
+                ns,
+                "configmap/kube-root-ca.crt",
+                "--timeout=60s",
+            ],
+        );
+        let got = c.ok(
+            &k,
+            &[
+                "get",
+                "configmap",
+                "kube-root-ca.crt",
+                "-n",
+                ns,
+                "-o",
+                "jsonpath={.data.ca\\.crt}",
+            ],
+        );
+        assert_eq!(got, ca, "{ns}");
+    }
+    // An edited bundle is put back.
+    c.ok(
+        &k,
+        &[
+            "patch",
+            "configmap",
+            "kube-root-ca.crt",
+            "-n",
+            "team",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"ca.crt":"forged"}}"#,
+        ],
+    );
+    c.ok(&k, &["delete", "serviceaccount", "default", "-n", "team"]);
+    c.ok(
+        &k,
+        &[
+            "wait",
+            "--for=create",
+            "-n",
+            "team",
+            "serviceaccount/default",
+            "--timeout=60s",
+        ],
+    );
+    let mut restored = String::new();
+    for _ in 0..600 {
+        restored = c.ok(
+            &k,
+            &[
+                "get",
+                "configmap",
+                "kube-root-ca.crt",
+                "-n",
+                "team",
+                "-o",
+                "jsonpath={.data.ca\\.crt}",
+            ],
+        );
+        if restored == ca {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(restored, ca);
+
+    // A token Secret must name its account.
+    let err = text_of(
+        &c.kubectl_stdin(&k, &["create", "-f", "-"], Some(
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: nameless}\ntype: kubernetes.io/service-account-token\n",
+        ))
+        .stderr,
+    );
+    assert!(
+        err.contains("metadata.annotations[kubernetes.io/service-account.name]: Required value"),
+        "{err}"
+    );
+
+    c.ok(&k, &["create", "serviceaccount", "bot"]);
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: bot-token\n  annotations: {kubernetes.io/service-account.name: bot}\ntype: kubernetes.io/service-account-token\n";
+    let out = c.kubectl_stdin(&k, &["create", "-f", "-"], Some(secret));
+    assert!(out.status.success(), "{}", text_of(&out.stderr));
+    c.ok(
+        &k,
+        &[
+            "wait",
+            "secret/bot-token",
+            "--for=jsonpath={.data.namespace}=ZGVmYXVsdA==",
+            "--timeout=60s",
+        ],
+    );
+    let get = |path: &str| {
+        c.ok(
+            &k,
+            &[
+                "get",
+                "secret",
+                "bot-token",
+                "-o",
+                &format!("jsonpath={path}"),
+            ],
+        )
+    };
+    let token = b64(&get("{.data.token}"));
+    assert_eq!(b64(&get("{.data.ca\\.crt}")), ca);
+    let uid = c.ok(
+        &k,
+        &[
+            "get",
+            "serviceaccount",
+            "bot",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+    );
+    assert_eq!(
+        get("{.metadata.annotations.kubernetes\\.io/service-account\\.uid}"),
+        uid
+    );
+    // The token is kube's legacy JWT.
+    let claims = token.split('.').nth(1).expect("a JWT");
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(claims)
+            .expect("claims"),
+    )
+    .expect("json");
+    assert_eq!(claims["iss"], "kubernetes/serviceaccount");
+    assert_eq!(claims["sub"], "system:serviceaccount:default:bot");
+    assert_eq!(
+        claims["kubernetes.io/serviceaccount/secret.name"],
+        "bot-token"
+    );
+    assert!(claims.get("exp").is_none(), "legacy tokens do not expire");
+
+    // It authenticates as the account, which RBAC gives nothing yet.
+    let bot = user_kubeconfig(&c, "bot", &format!("{{token: {token}}}"));
+    let as_bot = |args: &[&str]| {
+        Command::new(&k)
+            .args(args)
+            .env("KUBECONFIG", &bot)
+            .env("HOME", &c.dir.0)
+            .output()
+            .expect("kubectl")
+    };
+    let who = as_bot(&[
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    assert_eq!(
+        text_of(&who.stdout),
+        "system:serviceaccount:default:bot",
+        "{}",
+        text_of(&who.stderr)
+    );
+    let denied = as_bot(&["get", "pods"]);
+    assert!(
+        text_of(&denied.stderr).contains(r#"User "system:serviceaccount:default:bot" cannot list resource "pods" in API group "" in the namespace "default""#),
+        "{}",
+        text_of(&denied.stderr)
+    );
+    // The use is recorded on the Secret, dated today (UTC).
+    let today = text_of(
+        &Command::new("date")
+            .args(["-u", "+%Y-%m-%d"])
+            .output()
+            .expect("date")
+            .stdout,
+    );
+    c.ok(
+        &k,
+        &[
+            "wait",
+            "secret/bot-token",
+            &format!(
+                "--for=jsonpath={{.metadata.labels.kubernetes\\.io/legacy-token-last-used}}={}",
+                today.trim()
+            ),
+            "--timeout=60s",
+        ],
+    );
+
+    // A TokenReview agrees, for the API's audiences only.
+    let review = |aud: &str| {
+        let body = format!(
+            r#"{{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{{"token":"{token}"{aud}}}}}"#
+        );
+        let out = c.kubectl_stdin(&k, &["create", "-f", "-", "-o", "json"], Some(&body));
+        assert!(out.status.success(), "{}", text_of(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("review")["status"].clone()
+    };
+    let ok = review("");
+    assert_eq!(ok["authenticated"], true, "{ok}");
+    assert_eq!(ok["user"]["uid"], uid.as_str());
+    assert_ne!(review(r#","audiences":["vault"]"#)["authenticated"], true);
+
+    // Marked invalid, it is refused until the label goes.
+    c.ok(
+        &k,
+        &[
+            "label",
+            "secret",
+            "bot-token",
+            "kubernetes.io/legacy-token-invalid-since=2026-01-01",
+        ],
+    );
+    let refused = review("");
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("has been marked invalid"),
+        "{refused}"
+    );
+    assert!(!as_bot(&["auth", "whoami"]).status.success());
+    c.ok(
+        &k,
+        &[
+            "label",
+            "secret",
+            "bot-token",
+            "kubernetes.io/legacy-token-invalid-since-",
+        ],
+    );
+    assert!(as_bot(&["auth", "whoami"]).status.success());
+
+    // A Secret for an account that does not exist is deleted; so are an
+    // account's Secrets when it goes, and its token dies with them.
+    let ghost = secret
+        .replace("bot-token", "ghost-token")
+        .replace("name: bot}", "name: ghost}");
+    let out = c.kubectl_stdin(&k, &["create", "-f", "-"], Some(&ghost));
+    assert!(out.status.success(), "{}", text_of(&out.stderr));
+    c.ok(
+        &k,
+        &[
+            "wait",
+            "--for=delete",
+            "secret/ghost-token",
+            "--timeout=60s",
+        ],
+    );
+    c.ok(&k, &["delete", "serviceaccount", "bot"]);
+    c.ok(
+        &k,
+        &["wait", "--for=delete", "secret/bot-token", "--timeout=60s"],
+    );
+    let gone = as_bot(&["auth", "whoami"]);
+    assert!(
+        text_of(&gone.stderr).contains("Unauthorized"),
+        "{}",
+        text_of(&gone.stderr)
+    );
+
+    // stringData is folded into data, as kube-apiserver stores it.
+    let out = c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: creds}\nstringData: {password: s3cret}\n",
+    ));
+    assert!(out.status.success(), "{}", text_of(&out.stderr));
+    assert_eq!(
+        b64(&c.ok(
+            &k,
+            &["get", "secret", "creds", "-o", "jsonpath={.data.password}"]
+        )),
+        "s3cret"
+    );
+    assert_eq!(
+        c.ok(&k, &["get", "secret", "creds", "-o", "jsonpath={.type}"]),
+        "Opaque"
+    );
+    assert_eq!(
+        c.ok(
+            &k,
+            &["get", "secret", "creds", "-o", "jsonpath={.stringData}"]
+        ),
+        ""
+    );
+    c.stop();
+}

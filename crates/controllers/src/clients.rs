@@ -18,6 +18,7 @@
 use std::sync::Arc;
 
 use kube::Client;
+use kubeforge_authz::satoken::TokenIssuer;
 
 /// The ServiceAccounts (in `kube-system`) the built-in controllers write
 /// as, named as kube-controller-manager names them; each is bound to the
@@ -55,9 +56,13 @@ pub mod accounts {
     pub const NODE: &str = "node-controller";
     /// PodDisruptionBudgets.
     pub const DISRUPTION: &str = "disruption-controller";
+    /// Each namespace's `default` ServiceAccount.
+    pub const SERVICE_ACCOUNT: &str = "service-account-controller";
+    /// Each namespace's `kube-root-ca.crt` ConfigMap.
+    pub const ROOT_CA_PUBLISHER: &str = "root-ca-cert-publisher";
 
     /// Every account above.
-    pub const ALL: [&str; 16] = [
+    pub const ALL: [&str; 18] = [
         GARBAGE_COLLECTOR,
         NAMESPACE,
         CLUSTERROLE_AGGREGATION,
@@ -74,16 +79,26 @@ pub mod accounts {
         ENDPOINT,
         NODE,
         DISRUPTION,
+        SERVICE_ACCOUNT,
+        ROOT_CA_PUBLISHER,
     ];
 }
 
 type ForAccount = Arc<dyn Fn(&str) -> Client + Send + Sync>;
 
-/// The clients of the built-in controllers; see the module docs.
+/// The clients of the built-in controllers (see the module docs), and the
+/// two credentials kube-controller-manager is given besides them: the
+/// ServiceAccount signing key (`--service-account-private-key-file`, for
+/// the [tokens controller](crate::tokens)) and the cluster CA
+/// (`--root-ca-file`, put in token Secrets and published by the
+/// [root CA publisher](crate::rootca)). Without them those two
+/// controllers do not run.
 #[derive(Clone)]
 pub struct ControllerClients {
     shared: Client,
     for_account: Option<ForAccount>,
+    token_issuer: Option<Arc<TokenIssuer>>,
+    root_ca: Option<String>,
 }
 
 impl ControllerClients {
@@ -96,7 +111,32 @@ impl ControllerClients {
         ControllerClients {
             shared,
             for_account: Some(Arc::new(for_account)),
+            token_issuer: None,
+            root_ca: None,
         }
+    }
+
+    /// Sign legacy ServiceAccount tokens with `issuer` (the key the API
+    /// server verifies them with).
+    pub fn with_token_issuer(mut self, issuer: Option<Arc<TokenIssuer>>) -> ControllerClients {
+        self.token_issuer = issuer;
+        self
+    }
+
+    /// The cluster CA, PEM.
+    pub fn with_root_ca(mut self, ca: Option<String>) -> ControllerClients {
+        self.root_ca = ca.filter(|c| !c.is_empty());
+        self
+    }
+
+    /// The ServiceAccount signing key, when given.
+    pub fn token_issuer(&self) -> Option<&Arc<TokenIssuer>> {
+        self.token_issuer.as_ref()
+    }
+
+    /// The cluster CA, when given.
+    pub fn root_ca(&self) -> Option<&str> {
+        self.root_ca.as_deref()
     }
 
     /// The client of the shared caches, events and leader election.
@@ -120,6 +160,8 @@ impl From<Client> for ControllerClients {
         ControllerClients {
             shared: client,
             for_account: None,
+            token_issuer: None,
+            root_ca: None,
         }
     }
 }
@@ -138,6 +180,8 @@ impl std::fmt::Debug for ControllerClients {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ControllerClients")
             .field("per_account", &self.for_account.is_some())
+            .field("token_issuer", &self.token_issuer.is_some())
+            .field("root_ca", &self.root_ca.is_some())
             .finish_non_exhaustive()
     }
 }

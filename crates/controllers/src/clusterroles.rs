@@ -72,11 +72,12 @@ async fn reconcile(role: Arc<ClusterRole>, ctx: Arc<Ctx>) -> Result<Action, Reco
     }
 }
 
-/// Register the controller with `mgr`.
-pub fn register(mgr: &Manager) {
+/// Register the controller with `mgr` (whose caches it reads), writing
+/// through `client`.
+pub fn register(mgr: &Manager, client: kube::Client) {
     let roles = mgr.store::<ClusterRole>();
     let ctx = Ctx {
-        api: Api::all(mgr.client()),
+        api: Api::all(client),
         roles: roles.clone(),
     };
     mgr.controller::<ClusterRole, _>("clusterrole-aggregation", ctx)

@@ -1,7 +1,11 @@
 //! The built-in controllers of the embedded cluster, as kube-rs clients: the
 //! [garbage collector](gc) (ownerReferences; Background, Foreground and
-//! Orphan propagation) and the [namespace controller](namespace) (empties a
-//! deleted namespace, then finalizes it).
+//! Orphan propagation), the [namespace controller](namespace) (empties a
+//! deleted namespace, then finalizes it), ClusterRole
+//! [aggregation](clusterroles), each namespace's `default`
+//! [ServiceAccount](serviceaccounts) and `kube-root-ca.crt`
+//! [ConfigMap](rootca), the legacy [token Secrets](tokens), and the
+//! [workload controllers](workloads).
 //!
 //! They use nothing but a [`kube::Client`], so they run unchanged against a
 //! real cluster. Against kubeforge's own server, tell the server they run
@@ -33,6 +37,9 @@ mod gc_object;
 pub mod namespace;
 pub mod nodesim;
 mod queue;
+pub mod rootca;
+pub mod serviceaccounts;
+pub mod tokens;
 pub mod workloads;
 
 pub use catalog::{Catalog, Resource};
@@ -43,7 +50,8 @@ pub use nodesim::{NodeSimulator, RunningSimulator, SimulatorOptions};
 pub use workloads::{WorkloadController, WorkloadOptions, Workloads};
 
 /// The names of the built-in controllers, as `kubeforge up` prints them.
-pub const BUILTIN_NAMES: &str = "garbage collector, namespace, clusterrole aggregation";
+pub const BUILTIN_NAMES: &str = "garbage collector, namespace, clusterrole aggregation, \
+    serviceaccount, serviceaccount tokens, root CA publisher";
 
 /// Errors of the controllers' API calls.
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +93,7 @@ pub(crate) async fn run_until_shutdown<F>(
 }
 
 pub(crate) use kubeforge_runtime::api_errors::{
-    is_already_exists, is_conflict, is_not_found, status_code,
+    is_already_exists, is_conflict, is_namespace_terminating, is_not_found, status_code,
 };
 
 /// Send a request whose successful answer is not needed (it is read and
@@ -154,19 +162,42 @@ pub fn start_builtin(clients: impl Into<ControllerClients>) -> Builtin {
         NamespaceOptions::default(),
     );
     let token = CancellationToken::new();
-    let mgr = kubeforge_runtime::Manager::builder(
+    // One manager, its caches shared as kube-controller-manager's are,
+    // each controller writing as its own account.
+    let mgr = kubeforge_runtime::Manager::builder(clients.shared().clone())
+        .handle_signals(false)
+        .build();
+    clusterroles::register(
+        &mgr,
         clients.for_account(clients::accounts::CLUSTERROLE_AGGREGATION),
-    )
-    .handle_signals(false)
-    .build();
-    clusterroles::register(&mgr);
+    );
+    serviceaccounts::register(
+        &mgr,
+        clients.for_account(clients::accounts::SERVICE_ACCOUNT),
+    );
+    if let Some(ca) = clients.root_ca() {
+        rootca::register(
+            &mgr,
+            clients.for_account(clients::accounts::ROOT_CA_PUBLISHER),
+            ca.to_string(),
+        );
+    }
+    // kube's tokens controller writes with the manager's own credentials.
+    if let Some(issuer) = clients.token_issuer() {
+        tokens::register(
+            &mgr,
+            clients.shared().clone(),
+            issuer.clone(),
+            clients.root_ca().map(str::to_string),
+        );
+    }
     let manager = mgr.shutdown_handle();
     let tasks = vec![
         tokio::spawn(gc.clone().run_until(token.clone())),
         tokio::spawn(namespace.clone().run_until(token.clone())),
         tokio::spawn(async move {
             if let Err(e) = mgr.run().await {
-                tracing::error!(error = %e, "the clusterrole aggregation controller stopped");
+                tracing::error!(error = %e, "the built-in runtime controllers stopped");
             }
         }),
     ];

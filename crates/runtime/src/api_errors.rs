@@ -49,6 +49,24 @@ pub fn is_conflict(e: &kube::Error) -> bool {
     reason_or_code(e, "Conflict", 409)
 }
 
+/// A create refused because its namespace is being deleted (403 with
+/// cause `NamespaceTerminating`, client-go's
+/// `HasStatusCause(err, NamespaceTerminatingCause)`); a controller making
+/// objects per namespace drops the work.
+pub fn is_namespace_terminating(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => {
+            s.code == 403
+                && (s
+                    .details
+                    .as_ref()
+                    .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
+                    || s.message.contains("because it is being terminated"))
+        }
+        _ => false,
+    }
+}
+
 /// AlreadyExists (409 with that reason): a create found the name taken.
 pub fn is_already_exists(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.is_already_exists())

@@ -268,7 +268,10 @@ impl TestEnvBuilder {
         }
         let controllers = self.builtin_controllers.then(|| {
             server.set_controllers_running(true);
-            kubeforge_controllers::start_builtin(server.controller_clients())
+            kubeforge_controllers::start_builtin(
+                kubeforge_controllers::ControllerClients::from(server.controller_clients())
+                    .with_token_issuer(server.token_issuer()),
+            )
         });
         let workloads = if self.workloads {
             Some(

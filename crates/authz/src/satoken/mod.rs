@@ -10,13 +10,17 @@
 //! object the token is bound to. [`TokenIssuer::verify`] checks signature,
 //! issuer, time (60 s leeway, go-jose's) and audience; that the
 //! ServiceAccount and bound object still exist with those UIDs is the
-//! server's check ([`Claims`] carries what it needs).
+//! server's check ([`Claims`] carries what it needs). The [`legacy`]
+//! tokens of `kubernetes.io/service-account-token` Secrets use the same
+//! key.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use serde::{Deserialize, Serialize};
+
+pub mod legacy;
 
 use crate::UserInfo;
 use crate::user::{ALL_AUTHENTICATED, service_account_groups, service_account_username};
@@ -133,6 +137,9 @@ pub enum TokenError {
     /// The signing key cannot be used.
     #[error("the service account signing key is not usable: {0}")]
     Key(String),
+    /// A claim kube requires is missing or wrong (kube's text).
+    #[error("{0}")]
+    Claim(&'static str),
 }
 
 /// Signs and verifies ServiceAccount tokens with one P-256 key.
@@ -244,6 +251,30 @@ impl TokenIssuer {
     /// The claims of `token` when it is ours, validly signed, in its time
     /// window and for one of `audiences` (the API's when empty).
     pub fn verify(&self, token: &str, audiences: &[String]) -> Result<Claims, TokenError> {
+        let claims: Claims = self.decode(token, &self.issuer, &["exp", "iss", "sub"])?;
+        let target = if audiences.is_empty() {
+            &self.audiences[..]
+        } else {
+            audiences
+        };
+        if !claims.aud.iter().any(|a| target.contains(a)) {
+            return Err(TokenError::Audience {
+                token: claims.aud.clone(),
+                target: target.to_vec(),
+            });
+        }
+        Ok(claims)
+    }
+
+    /// The claims of `token`, signed with this issuer's key and naming
+    /// `issuer`: signature, time (when the token has `exp`/`nbf`) and the
+    /// `required` claims are checked.
+    fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        token: &str,
+        issuer: &str,
+        required: &[&str],
+    ) -> Result<T, TokenError> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Invalid)?;
         // An issuer we do not know is another authenticator's: peek before
         // the signature.
@@ -253,7 +284,7 @@ impl TokenIssuer {
             .map_err(|_| TokenError::Invalid)?;
         let peek: serde_json::Value =
             serde_json::from_slice(&raw).map_err(|_| TokenError::Invalid)?;
-        if peek.get("iss").and_then(serde_json::Value::as_str) != Some(self.issuer.as_str()) {
+        if peek.get("iss").and_then(serde_json::Value::as_str) != Some(issuer) {
             return Err(TokenError::OtherIssuer);
         }
         if header.alg != Algorithm::ES256 || header.kid.as_deref().is_some_and(|k| k != self.kid) {
@@ -261,31 +292,18 @@ impl TokenIssuer {
         }
         let mut v = Validation::new(Algorithm::ES256);
         v.leeway = 60;
-        v.validate_nbf = true;
+        v.validate_exp = required.contains(&"exp");
+        v.validate_nbf = peek.get("nbf").is_some();
         v.validate_aud = false;
-        v.set_issuer(&[&self.issuer]);
-        v.set_required_spec_claims(&["exp", "iss", "sub"]);
-        let data =
-            jsonwebtoken::decode::<Claims>(token, &self.decoding, &v).map_err(|e| {
-                match e.kind() {
-                    jsonwebtoken::errors::ErrorKind::ExpiredSignature => TokenError::Expired,
-                    jsonwebtoken::errors::ErrorKind::ImmatureSignature => TokenError::NotYetValid,
-                    _ => TokenError::Invalid,
-                }
-            })?;
-        let target = if audiences.is_empty() {
-            &self.audiences[..]
-        } else {
-            audiences
-        };
-        let claims = data.claims;
-        if !claims.aud.iter().any(|a| target.contains(a)) {
-            return Err(TokenError::Audience {
-                token: claims.aud.clone(),
-                target: target.to_vec(),
-            });
-        }
-        Ok(claims)
+        v.set_issuer(&[issuer]);
+        v.set_required_spec_claims(required);
+        jsonwebtoken::decode::<T>(token, &self.decoding, &v)
+            .map(|d| d.claims)
+            .map_err(|e| match e.kind() {
+                jsonwebtoken::errors::ErrorKind::ExpiredSignature => TokenError::Expired,
+                jsonwebtoken::errors::ErrorKind::ImmatureSignature => TokenError::NotYetValid,
+                _ => TokenError::Invalid,
+            })
     }
 }
 
