@@ -183,16 +183,14 @@ pub(crate) fn validate_secret(obj: &Value, old: Option<&Value>, causes: &mut Vec
                 );
             }
         }
-        "kubernetes.io/basic-auth" => {
-            if !data.contains_key("username") && !data.contains_key("password") {
-                push(causes, Cause::required("data[%s][username]", ""));
-                push(causes, Cause::required("data[%s][password]", ""));
-            }
+        "kubernetes.io/basic-auth"
+            if !data.contains_key("username") && !data.contains_key("password") =>
+        {
+            push(causes, Cause::required("data[%s][username]", ""));
+            push(causes, Cause::required("data[%s][password]", ""));
         }
-        "kubernetes.io/ssh-auth" => {
-            if value("ssh-privatekey").is_none_or(|v| v.is_empty()) {
-                push(causes, Cause::required("data[%s][ssh-privatekey]", ""));
-            }
+        "kubernetes.io/ssh-auth" if value("ssh-privatekey").is_none_or(|v| v.is_empty()) => {
+            push(causes, Cause::required("data[%s][ssh-privatekey]", ""));
         }
         "kubernetes.io/tls" => {
             for key in ["tls.crt", "tls.key"] {

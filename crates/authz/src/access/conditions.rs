@@ -75,8 +75,34 @@ struct Window {
     start: u16,
     end: u16,
     zone: TimeZone,
+    /// The zone's offset (seconds) between two of its transitions, from
+    /// and until (Unix seconds), found when the window was compiled: a
+    /// decision in that span skips the zone's transition table.
+    span: (i64, i64, i32),
     /// As written, for explanations.
     text: String,
+}
+
+/// The span around now in which `zone`'s offset does not change, and
+/// that offset (`(0, 0, 0)`, an empty span, when it cannot be told).
+fn steady_span(zone: &TimeZone) -> (i64, i64, i32) {
+    let now = Timestamp::now();
+    let offset = zone.to_offset(now);
+    let from = zone
+        .preceding(now)
+        .next()
+        .map_or(i64::MIN, |t| t.timestamp().as_second());
+    let until = zone
+        .following(now)
+        .next()
+        .map_or(i64::MAX, |t| t.timestamp().as_second());
+    // The offset must hold from the span's first second (a transition at
+    // exactly `now` could be counted on either side).
+    let start = Timestamp::from_second(from.max(Timestamp::MIN.as_second()));
+    match start {
+        Ok(t) if zone.to_offset(t) == offset && from < until => (from, until, offset.seconds()),
+        _ => (0, 0, 0),
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -209,6 +235,7 @@ impl Conditions {
                     days,
                     start,
                     end,
+                    span: steady_span(&zone),
                     zone,
                     text: format!("{on} {}-{} {tz}", w.start, w.end),
                 });
@@ -372,7 +399,14 @@ impl Window {
     fn contains(&self, now: Timestamp) -> bool {
         // The zone's offset at `now`, then plain arithmetic: cheaper than
         // a whole zoned datetime on every decision.
-        let local = now.as_second() + i64::from(self.zone.to_offset(now).seconds());
+        let t = now.as_second();
+        let (from, until, offset) = self.span;
+        let offset = if (from..until).contains(&t) {
+            offset
+        } else {
+            self.zone.to_offset(now).seconds()
+        };
+        let local = t + i64::from(offset);
         let minute = (local.rem_euclid(86_400) / 60) as u16;
         // 1970-01-01 was a Thursday (3, Monday being 0).
         let today = (local.div_euclid(86_400) + 3).rem_euclid(7) as u8;
@@ -402,6 +436,29 @@ mod tests {
 
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()
+    }
+
+    /// The cached offset span gives what the zone's own lookup gives, on
+    /// both sides of the daylight-saving changes around now.
+    #[test]
+    fn the_offset_span_agrees_with_the_zone() {
+        let c = compile(serde_json::json!({"timeWindows": [
+            {"days": ["Mon", "Wed", "Sun"], "start": "01:30", "end": "03:30", "timeZone": "Europe/Berlin"},
+            {"start": "22:00", "end": "02:00", "timeZone": "America/New_York"},
+            {"start": "09:00", "end": "17:00", "timeZone": "UTC"}]}))
+        .unwrap();
+        let now = Timestamp::now().as_second();
+        for w in &c.windows {
+            let (from, until, _) = w.span;
+            assert!(from <= now && now < until, "{} {:?}", w.text, w.span);
+            let mut slow = w.clone();
+            slow.span = (0, 0, 0);
+            // Every 10 minutes for 400 days either side.
+            for step in (-57_600..57_600).map(|k| k * 600) {
+                let t = Timestamp::from_second(now + step).unwrap();
+                assert_eq!(w.contains(t), slow.contains(t), "{} at {t}", w.text);
+            }
+        }
     }
 
     fn request() -> Attributes {

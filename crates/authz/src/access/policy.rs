@@ -24,6 +24,7 @@ use kubeforge_apimachinery::gofmt::quote;
 
 use super::conditions::{Conditions, Test};
 use super::spec::{BindingObject, Effect, RoleKind, RoleObject, RoleRef};
+use crate::rbac::compact::RuleSet;
 use crate::rbac::escalation::compact_string;
 use crate::rbac::{RbacPolicy, Rule, applies_to_user};
 use crate::subjects::{HasSubjects, Scoped};
@@ -74,6 +75,18 @@ impl Origin {
 struct Resolved {
     rules: Vec<Rule>,
     origins: Vec<Arc<Origin>>,
+    /// `rules` packed for decisions.
+    packed: RuleSet,
+}
+
+impl Resolved {
+    fn new(rules: Vec<Rule>, origins: Vec<Arc<Origin>>) -> Arc<Resolved> {
+        Arc::new(Resolved {
+            packed: RuleSet::new(&rules),
+            rules,
+            origins,
+        })
+    }
 }
 
 /// One binding, compiled.
@@ -202,10 +215,7 @@ impl Builder<'_> {
                         .enumerate()
                         .map(|(index, rule)| Origin::new(vec![me.clone()], index, rule))
                         .collect();
-                    Arc::new(Resolved {
-                        rules: rules.to_vec(),
-                        origins,
-                    })
+                    Resolved::new(rules.to_vec(), origins)
                 }),
             RoleKind::AccessRole | RoleKind::ClusterAccessRole => {
                 if let Some(why) = self.invalid.get(key) {
@@ -235,15 +245,13 @@ impl Builder<'_> {
         me: &Arc<str>,
         stack: &mut Vec<Key>,
     ) -> Result<Arc<Resolved>, String> {
-        let mut out = Resolved {
-            rules: role.rules.clone(),
-            origins: role
-                .rules
-                .iter()
-                .enumerate()
-                .map(|(index, rule)| Origin::new(vec![me.clone()], index, rule))
-                .collect(),
-        };
+        let mut rules = role.rules.clone();
+        let mut origins: Vec<Arc<Origin>> = role
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(index, rule)| Origin::new(vec![me.clone()], index, rule))
+            .collect();
         for p in &role.parents {
             let pk = Self::key(p, &role.namespace);
             let parent = self.resolve(&pk, stack).map_err(|e| {
@@ -256,11 +264,11 @@ impl Builder<'_> {
             for (rule, origin) in parent.rules.iter().zip(&parent.origins) {
                 let mut path = vec![me.clone()];
                 path.extend(origin.path.iter().cloned());
-                out.rules.push(rule.clone());
-                out.origins.push(Origin::new(path, origin.index, rule));
+                rules.push(rule.clone());
+                origins.push(Origin::new(path, origin.index, rule));
             }
         }
-        Ok(Arc::new(out))
+        Ok(Resolved::new(rules, origins))
     }
 }
 
@@ -572,22 +580,32 @@ impl AccessAuthorizer {
                     if b.effect == Effect::Allow && allow.is_some() && trace.is_none() {
                         continue;
                     }
-                    let Some(subject) = b
-                        .subjects
-                        .iter()
-                        .position(|s| applies_to_user(&a.user, s, &b.namespace))
-                    else {
+                    // Which subject names the user matters only for the
+                    // reason: looked up once the binding decides (the
+                    // index lists only bindings with such a subject).
+                    let subject = || {
+                        b.subjects
+                            .iter()
+                            .position(|s| applies_to_user(&a.user, s, &b.namespace))
+                    };
+                    let verdict = consider(b, a, now);
+                    if matches!(verdict, Verdict::Skip(_)) && trace.is_none() {
+                        continue;
+                    }
+                    let Some(subject) = subject() else {
                         continue;
                     };
-                    match consider(b, a, now) {
+                    match verdict {
                         Verdict::Deny(rule, t) => {
                             return Decision::Deny {
                                 reason: deny_reason(b, subject, rule, t, a, now),
                             };
                         }
                         Verdict::Allow(rule) => {
-                            let reason =
-                                format!("kubeforge: allowed by {}: {rule}", b.whats[subject]);
+                            let reason = concat(
+                                &["kubeforge: allowed by ", &b.whats[subject], ": ", rule],
+                                0,
+                            );
                             if allow.is_none() {
                                 allow = Some(reason);
                             } else if let Some(t) = trace.as_deref_mut() {
@@ -610,6 +628,16 @@ impl AccessAuthorizer {
             },
         }
     }
+}
+
+/// `parts` joined, in one allocation with room for `extra` more bytes
+/// (cheaper than `format!` on every decision).
+fn concat(parts: &[&str], extra: usize) -> String {
+    let mut s = String::with_capacity(parts.iter().map(|p| p.len()).sum::<usize>() + extra);
+    for p in parts {
+        s.push_str(p);
+    }
+    s
 }
 
 /// Why a binding did not decide.
@@ -638,7 +666,7 @@ fn consider<'b>(b: &'b Compiled, a: &Attributes, now: &dyn Fn() -> Timestamp) ->
         t => return Verdict::Skip(Skip::Conditions(t)),
     }
     let matched = match &b.rules {
-        Ok(r) => match r.rules.iter().position(|rule| rule.allows(a)) {
+        Ok(r) => match r.packed.first_match(a) {
             Some(i) => Some(r.origins[i].text.as_str()),
             None => return Verdict::Skip(Skip::NoRule),
         },
@@ -669,7 +697,7 @@ fn deny_reason(
     let what = &b.whats[subject];
     match rule {
         Some(rule) => {
-            let mut reason = format!("kubeforge: denied by {what}: {rule}");
+            let mut reason = concat(&["kubeforge: denied by ", what, ": ", rule], 0);
             if t == Test::Unknown {
                 reason.push_str(&format!(
                     " (its conditions could not be checked: {}; denied to fail closed)",

@@ -12,6 +12,7 @@
 //! decision looks only at the bindings that name the caller — the decision
 //! is the same, its cost no longer grows with the number of bindings.
 
+pub mod compact;
 pub mod escalation;
 pub mod rules;
 
@@ -23,6 +24,8 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use crate::user::matches_service_account;
 use crate::{Attributes, Authorizer, Decision, UserInfo};
 pub use rules::Rule;
+
+use compact::RuleSet;
 
 /// One binding, its roleRef resolved when the policy was built.
 #[derive(Debug)]
@@ -42,6 +45,8 @@ pub struct Binding {
     /// `RBAC: allowed by …` for each subject, made once when the policy is
     /// built: formatting it per decision was most of a decision's cost.
     allowed_by: Vec<String>,
+    /// `rules` packed for decisions (shared with every binding of the role).
+    packed: Arc<RuleSet>,
 }
 
 impl Binding {
@@ -126,15 +131,26 @@ impl crate::subjects::HasSubjects for Binding {
 #[derive(Debug, Default)]
 pub struct RbacPolicy {
     bindings: crate::subjects::Scoped<Binding>,
-    cluster_roles: HashMap<String, Arc<[Rule]>>,
-    roles: HashMap<(String, String), Arc<[Rule]>>,
+    cluster_roles: HashMap<String, RoleRules>,
+    roles: HashMap<(String, String), RoleRules>,
 }
 
-fn compile(rules: Option<&Vec<k8s_openapi::api::rbac::v1::PolicyRule>>) -> Arc<[Rule]> {
-    rules
+/// A role's rules, and the same packed for decisions.
+#[derive(Clone, Debug)]
+struct RoleRules {
+    rules: Arc<[Rule]>,
+    packed: Arc<RuleSet>,
+}
+
+fn compile(rules: Option<&Vec<k8s_openapi::api::rbac::v1::PolicyRule>>) -> RoleRules {
+    let rules: Arc<[Rule]> = rules
         .map(|rs| rs.iter().map(Rule::from).collect::<Vec<_>>())
         .unwrap_or_default()
-        .into()
+        .into();
+    RoleRules {
+        packed: Arc::new(RuleSet::new(&rules)),
+        rules,
+    }
 }
 
 impl RbacPolicy {
@@ -192,15 +208,17 @@ impl RbacPolicy {
         role_ref: &k8s_openapi::api::rbac::v1::RoleRef,
         subjects: Vec<Subject>,
     ) -> Binding {
-        let rules = self.role_ref_rules(&role_ref.kind, &role_ref.name, &namespace);
+        let role = self.role_ref(&role_ref.kind, &role_ref.name, &namespace);
+        let packed = role.as_ref().map(|r| r.packed.clone()).unwrap_or_default();
         let mut b = Binding {
             name,
             namespace,
             role_kind: role_ref.kind.clone(),
             role_name: role_ref.name.clone(),
             subjects,
-            rules,
+            rules: role.map(|r| r.rules),
             allowed_by: Vec::new(),
+            packed,
         };
         b.allowed_by = b
             .subjects
@@ -220,6 +238,10 @@ impl RbacPolicy {
         name: &str,
         namespace: &str,
     ) -> Result<Arc<[Rule]>, String> {
+        self.role_ref(kind, name, namespace).map(|r| r.rules)
+    }
+
+    fn role_ref(&self, kind: &str, name: &str, namespace: &str) -> Result<RoleRules, String> {
         let q = kubeforge_apimachinery::gofmt::quote;
         match kind {
             "Role" => self
@@ -336,18 +358,23 @@ impl Authorizer for RbacAuthorizer {
                     let Some(b) = scope.bindings.get(i as usize) else {
                         continue;
                     };
-                    let Some(s) = b.subject_index(&a.user) else {
-                        continue;
-                    };
+                    // Which subject names the user is needed only for
+                    // the reason (the index lists only bindings with one).
                     match &b.rules {
-                        Ok(rules) => {
-                            if rules.iter().any(|r| r.allows(a)) {
+                        Ok(_) => {
+                            if b.packed.first_match(a).is_some()
+                                && let Some(s) = b.subject_index(&a.user)
+                            {
                                 return Decision::Allow {
                                     reason: b.allowed_by[s].clone(),
                                 };
                             }
                         }
-                        Err(e) => errors.push(e),
+                        Err(e) => {
+                            if b.subject_index(&a.user).is_some() {
+                                errors.push(e);
+                            }
+                        }
                     }
                 }
             }

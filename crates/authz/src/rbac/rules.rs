@@ -68,24 +68,27 @@ pub fn api_group_matches(rule: &Rule, group: &str) -> bool {
 /// A resource in the rule is `*`, `resource[/subresource]`, or
 /// `*/subresource` when a subresource is asked for.
 pub fn resource_matches(rule: &Rule, resource: &str, subresource: &str) -> bool {
-    rule.resources.iter().any(|r| {
-        if r == "*" {
-            return true;
-        }
-        let exact = if subresource.is_empty() {
-            r == resource
-        } else {
-            r.len() == resource.len() + 1 + subresource.len()
-                && r.starts_with(resource)
-                && r.as_bytes()[resource.len()] == b'/'
-                && r.ends_with(subresource)
-        };
-        exact
-            || (!subresource.is_empty()
-                && r.len() == subresource.len() + 2
-                && r.starts_with("*/")
-                && r.ends_with(subresource))
-    })
+    rule.resources
+        .iter()
+        .any(|r| one_resource_matches(r.as_bytes(), resource.as_bytes(), subresource.as_bytes()))
+}
+
+/// Whether the rule resource `r` covers `resource` and `sub` (kube's
+/// `ResourceMatches` for one entry).
+pub(crate) fn one_resource_matches(r: &[u8], resource: &[u8], sub: &[u8]) -> bool {
+    if r == b"*" {
+        return true;
+    }
+    let exact = if sub.is_empty() {
+        r == resource
+    } else {
+        r.len() == resource.len() + 1 + sub.len()
+            && r.starts_with(resource)
+            && r.get(resource.len()) == Some(&b'/')
+            && r.ends_with(sub)
+    };
+    exact
+        || (!sub.is_empty() && r.len() == sub.len() + 2 && r.starts_with(b"*/") && r.ends_with(sub))
 }
 
 /// The rule names no objects, or names `name`.
@@ -95,9 +98,22 @@ pub fn resource_name_matches(rule: &Rule, name: &str) -> bool {
 
 /// A URL in the rule is `*`, `path`, or a prefix of it ending in `*`.
 pub fn non_resource_url_matches(rule: &Rule, path: &str) -> bool {
-    rule.non_resource_urls.iter().any(|u| {
-        u == "*" || u == path || (u.ends_with('*') && path.starts_with(u.trim_end_matches('*')))
-    })
+    rule.non_resource_urls
+        .iter()
+        .any(|u| one_url_matches(u.as_bytes(), path.as_bytes()))
+}
+
+/// Whether the rule URL `u` covers `path` (kube's
+/// `NonResourceURLMatches` for one entry).
+pub(crate) fn one_url_matches(u: &[u8], path: &[u8]) -> bool {
+    if u == b"*" || u == path {
+        return true;
+    }
+    let mut prefix = u;
+    while let [rest @ .., b'*'] = prefix {
+        prefix = rest;
+    }
+    prefix.len() < u.len() && path.starts_with(prefix)
 }
 
 #[cfg(test)]
