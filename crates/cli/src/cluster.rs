@@ -23,6 +23,80 @@ use kubeforge_controllers::workloads::{self, WorkloadOptions, Workloads};
 use kubeforge_runtime::{Manager, ShutdownHandle};
 use kubeforge_scheduler::{RunningScheduler, SchedulerBuilder, SchedulerConfiguration};
 
+/// Where the sample operators' ServiceAccount lives, and its name: those
+/// `config/default` deploys them under.
+const OPERATOR_NAMESPACE: &str = "kubeforge-operators-system";
+const OPERATOR_ACCOUNT: &str = "kubeforge-operators-controller-manager";
+const OPERATOR_ROLE: &str = "kubeforge-operators-manager-role";
+/// The operators' RBAC, as shipped for real clusters.
+const OPERATOR_RULES: &str = include_str!("../../../config/rbac/role.yaml");
+
+/// The sample operators' client: their ServiceAccount, bound to the
+/// ClusterRole of `config/rbac/role.yaml` (created or updated here by
+/// server-side apply), so they run with exactly the permissions their
+/// manifests grant on a real cluster — a missing rule fails here too.
+async fn operator_client(server: &ApiServer) -> Result<kube::Client> {
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::{Api, Patch, PatchParams};
+    let admin = server.client();
+    let pp = PatchParams::apply("kubeforge").force();
+    let mut role: ClusterRole = serde_saphyr::from_str(OPERATOR_RULES)
+        .context("reading config/rbac/role.yaml (built in)")?;
+    role.metadata.name = Some(OPERATOR_ROLE.into());
+    let apply = |kind: &str, name: &str, mut v: serde_json::Value| {
+        v["kind"] = kind.into();
+        v["metadata"]["name"] = name.into();
+        Patch::Apply(v)
+    };
+    let role = serde_json::to_value(&role).context("encoding the operators' ClusterRole")?;
+    let group = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1"});
+    let core = serde_json::json!({"apiVersion": "v1"});
+    let mut binding = group.clone();
+    binding["roleRef"] = serde_json::json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": OPERATOR_ROLE});
+    binding["subjects"] = serde_json::json!([{"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE}]);
+    let mut role_obj = group.clone();
+    role_obj["rules"] = role["rules"].clone();
+    Api::<Namespace>::all(admin.clone())
+        .patch(
+            OPERATOR_NAMESPACE,
+            &pp,
+            &apply("Namespace", OPERATOR_NAMESPACE, core.clone()),
+        )
+        .await
+        .context("creating the operators' namespace")?;
+    Api::<ServiceAccount>::namespaced(admin.clone(), OPERATOR_NAMESPACE)
+        .patch(
+            OPERATOR_ACCOUNT,
+            &pp,
+            &apply("ServiceAccount", OPERATOR_ACCOUNT, core),
+        )
+        .await
+        .context("creating the operators' ServiceAccount")?;
+    Api::<ClusterRole>::all(admin.clone())
+        .patch(
+            OPERATOR_ROLE,
+            &pp,
+            &apply("ClusterRole", OPERATOR_ROLE, role_obj),
+        )
+        .await
+        .context("creating the operators' ClusterRole")?;
+    Api::<ClusterRoleBinding>::all(admin)
+        .patch(
+            OPERATOR_ROLE,
+            &pp,
+            &apply("ClusterRoleBinding", OPERATOR_ROLE, binding),
+        )
+        .await
+        .context("binding the operators' ClusterRole")?;
+    Ok(
+        server.client_as(kubeforge_apiserver::UserInfo::service_account(
+            OPERATOR_NAMESPACE,
+            OPERATOR_ACCOUNT,
+        )),
+    )
+}
+
 /// The operators `--operators` accepts.
 const OPERATORS: [&str; 2] = ["memcached", "crontab"];
 
@@ -187,11 +261,13 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
         None
     } else {
         let client = server.client();
-        let mgr = Manager::builder(client.clone())
+        for op in &args.operators {
+            crate::operator::install_crd(&client, op).await?;
+        }
+        let mgr = Manager::builder(operator_client(server).await?)
             .handle_signals(false)
             .build();
         for op in &args.operators {
-            crate::operator::install_crd(&client, op).await?;
             match op.as_str() {
                 "memcached" => {
                     kubeforge_operators::memcached::controller::register(&mgr, Default::default())

@@ -950,6 +950,18 @@ fn memcached_sample_becomes_available_with_its_running_pods() {
             listed.len() == 3 && listed == running
         },
     );
+    // It did all that as its own ServiceAccount, with the ClusterRole of
+    // config/rbac/role.yaml and nothing more.
+    let sa =
+        "system:serviceaccount:kubeforge-operators-system:kubeforge-operators-controller-manager";
+    let can = |verb: &str, what: &str| {
+        let out = c.kubectl(&k, &["auth", "can-i", verb, what, "--as", sa]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(can("create", "deployments.apps"), "yes");
+    assert_eq!(can("update", "memcacheds.cache.example.com/status"), "yes");
+    assert_eq!(can("get", "secrets"), "no");
+    assert_eq!(can("delete", "pods"), "no");
     c.ok(&k, &["delete", "memcached", "memcached-sample"]);
     wait_for(
         "the Deployment, ReplicaSet and pods collected",
