@@ -5,9 +5,8 @@
 //! role whose parents would form a cycle, is a 422 naming the field), and
 //! the policy snapshot loaded from the store beside RBAC's.
 
-use kubeforge_apimachinery::names::Cause;
 use kubeforge_authz::access::{
-    AccessPolicy, BindingObject, GROUP, RoleKind, RoleObject, VERSION, spec::causes_text,
+    AccessPolicy, BindingObject, GROUP, RoleObject, VERSION, spec::causes_text,
 };
 use kubeforge_authz::rbac::RbacPolicy;
 use serde_json::{Value, json};
@@ -59,96 +58,17 @@ pub(crate) fn validate(ctx: &Ctx<'_>, obj: &Value, causes: &mut Vec<crate::error
     if ctx.def.group != GROUP {
         return;
     }
-    let namespaced = ctx.def.namespaced;
-    let result = match ctx.def.plural.as_str() {
-        "accessroles" | "clusteraccessroles" => {
-            RoleObject::from_value(obj, namespaced).map(|role| cycle(ctx.server, &role, causes))
-        }
-        "accessbindings" | "clusteraccessbindings" => {
-            BindingObject::from_value(obj, namespaced).map(|_| ())
-        }
-        _ => Ok(()),
-    };
-    if let Err(errs) = result {
-        causes.extend(errs.into_iter().map(Into::into));
-    }
-}
-
-/// Refuse `role` when its parents, with the roles now stored, lead back to
-/// it: `spec.parents[i]: Invalid value: "p": would form a cycle: …`.
-fn cycle(server: &ApiServer, role: &RoleObject, causes: &mut Vec<crate::error::Cause>) {
-    let (roles, _) = load_roles(server);
-    let key = |kind: RoleKind, ns: &str, name: &str| (kind, ns.to_string(), name.to_string());
-    let me = key(role.kind, &role.namespace, &role.name);
-    let parents_of = |k: &(RoleKind, String, String)| -> Vec<(RoleKind, String, String)> {
-        let parents = if *k == me {
-            &role.parents
-        } else {
-            match roles
-                .iter()
-                .find(|r| key(r.kind, &r.namespace, &r.name) == *k)
-            {
-                Some(r) => &r.parents,
-                None => return Vec::new(),
-            }
-        };
-        parents
-            .iter()
-            .filter(|p| matches!(p.kind, RoleKind::AccessRole | RoleKind::ClusterAccessRole))
-            .map(|p| {
-                let ns = if p.kind.namespaced() {
-                    k.1.as_str()
-                } else {
-                    ""
-                };
-                key(p.kind, ns, &p.name)
-            })
-            .collect()
-    };
-    for (i, p) in role.parents.iter().enumerate() {
-        let ns = if p.kind.namespaced() {
-            role.namespace.as_str()
-        } else {
-            ""
-        };
-        let start = key(p.kind, ns, &p.name);
-        // Depth first from the parent, remembering the path; reaching the
-        // role itself is the cycle.
-        let mut stack = vec![(start.clone(), vec![start])];
-        let mut seen = std::collections::HashSet::new();
-        while let Some((k, path)) = stack.pop() {
-            if k == me {
-                let mut names = vec![label(&me)];
-                names.extend(path.iter().map(label));
-                causes.push(
-                    Cause::invalid(
-                        &format!("spec.parents[{i}]"),
-                        &p.name,
-                        &format!("would form a cycle: {}", names.join(" → ")),
-                    )
-                    .into(),
-                );
-                return;
-            }
-            if !seen.insert(k.clone()) {
-                continue;
-            }
-            for next in parents_of(&k) {
-                let mut path = path.clone();
-                path.push(next.clone());
-                stack.push((next, path));
-            }
-        }
-    }
-}
-
-fn label((kind, ns, name): &(RoleKind, String, String)) -> String {
-    let q = kubeforge_apimachinery::gofmt::quote;
-    if ns.is_empty() {
-        format!("{} {}", kind.as_str(), q(name))
+    // Only a role's parents can form a cycle.
+    let roles = if ctx.def.kind.ends_with("Role") {
+        load_roles(ctx.server).0
     } else {
-        format!("{} {}", kind.as_str(), q(&format!("{ns}/{name}")))
-    }
+        Vec::new()
+    };
+    causes.extend(
+        kubeforge_authz::access::check::check(&ctx.def.kind, obj, &roles)
+            .into_iter()
+            .map(Into::into),
+    );
 }
 
 fn stored(server: &ApiServer, plural: &str) -> Vec<Value> {

@@ -12,7 +12,9 @@
 //! `allowed: true`; nothing → `allowed: false` without `denied`, no opinion,
 //! so the next authorizer (RBAC) decides. The reason names the binding,
 //! role, parents and rule. It serves only once every watch has listed, so
-//! it never answers from a partial view.
+//! it never answers from a partial view. On `/validate` it is also the
+//! validating admission webhook of the four policy kinds, refusing (422)
+//! what the embedded server refuses.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -35,6 +37,8 @@ use serde_json::{Value, json};
 
 /// The path reviews are POSTed to.
 pub const PATH: &str = "/authorize";
+/// The path of the validating admission webhook for the policy kinds.
+pub const VALIDATE_PATH: &str = "/validate";
 
 /// `kubeforge authz webhook` arguments.
 #[derive(Args)]
@@ -285,6 +289,78 @@ impl JsonHandler for Handler {
     }
 }
 
+/// The validating admission webhook for the four policy kinds: what the
+/// embedded server refuses with a 422 (field errors, unknown time zones,
+/// bad CIDRs, parents forming a cycle with the roles now in the cluster),
+/// refused on a real cluster too — the CRD schema alone cannot see them.
+struct PolicyValidator(Arc<View>);
+
+impl PolicyValidator {
+    fn answer(&self, body: &[u8]) -> Result<kube::core::admission::AdmissionResponse, String> {
+        let req = kubeforge_runtime::webhook::parse_review::<DynamicObject>(body)?;
+        let allowed = kube::core::admission::AdmissionResponse::from(&req);
+        let Some(obj) = req.object.as_ref() else {
+            return Ok(allowed);
+        };
+        let obj = serde_json::to_value(obj).map_err(|e| format!("reading the object: {e}"))?;
+        let kind = req.kind.kind.as_str();
+        let roles: Vec<kubeforge_authz::access::RoleObject> = if kind.ends_with("Role") {
+            let all = self.0.objects.lock().unwrap_or_else(|p| p.into_inner());
+            [("AccessRole", true), ("ClusterAccessRole", false)]
+                .iter()
+                .flat_map(|(k, namespaced)| {
+                    all.get(k)
+                        .into_iter()
+                        .flat_map(|m| m.values())
+                        .filter_map(|v| {
+                            kubeforge_authz::access::RoleObject::from_value(v, *namespaced).ok()
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let causes = kubeforge_authz::access::check::check(kind, &obj, &roles);
+        if causes.is_empty() {
+            return Ok(allowed);
+        }
+        let e = kubeforge_apiserver::error::ApiError::invalid(
+            GROUP,
+            kind,
+            &req.name,
+            causes.into_iter().map(Into::into).collect(),
+        );
+        let mut r = allowed.deny(e.message.clone());
+        r.result.code = e.code;
+        r.result.reason = e.reason.to_string();
+        r.result.details = Some(kube::core::response::StatusDetails {
+            name: req.name.clone(),
+            group: GROUP.to_string(),
+            kind: kind.to_string(),
+            causes: e
+                .details
+                .causes
+                .iter()
+                .map(|c| kube::core::response::StatusCause {
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                    field: c.field.clone(),
+                })
+                .collect(),
+            uid: String::new(),
+            retry_after_seconds: 0,
+        });
+        Ok(r)
+    }
+}
+
+impl kubeforge_runtime::webhook::ReviewHandler for PolicyValidator {
+    fn review<'a>(&'a self, body: &'a [u8]) -> kubeforge_runtime::webhook::ReviewFuture<'a> {
+        Box::pin(std::future::ready(self.answer(body)))
+    }
+}
+
 /// Run the webhook until interrupted.
 pub async fn run(a: WebhookArgs) -> Result<()> {
     let client = crate::kubeclient::client(a.kubeconfig.as_deref()).await?;
@@ -327,7 +403,8 @@ pub async fn run(a: WebhookArgs) -> Result<()> {
         .addr(a.listen)
         .cert_dir(a.cert_dir.clone())
         .hosts(hosts)
-        .json_handler(PATH, Arc::new(Handler(view)))
+        .json_handler(PATH, Arc::new(Handler(view.clone())))
+        .handler(VALIDATE_PATH, Arc::new(PolicyValidator(view)))
         .bind()
         .await
         .with_context(|| format!("binding {} (is the port free?)", a.listen))?;

@@ -455,6 +455,30 @@ fn text_of(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// POST `body` to `url` (HTTPS, trusting `ca`) as kube-apiserver posts to
+/// a webhook; the JSON answer.
+fn post_json(ca: &std::path::Path, url: &str, body: &serde_json::Value) -> serde_json::Value {
+    let out = Command::new("curl")
+        .args(["-sS", "--fail-with-body", "--cacert"])
+        .arg(ca)
+        .args([
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            &body.to_string(),
+            url,
+        ])
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text_of(&out.stdout),
+        text_of(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON answer")
+}
+
 /// `kubeforge authz webhook` answers SubjectAccessReviews as kube-apiserver
 /// posts them: Allow → allowed, Deny → denied, nothing → no opinion; and
 /// follows policy changes.
@@ -498,6 +522,18 @@ spec:
     // least-privilege ServiceAccount.
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/authz");
     c.ok(&k, &["apply", "-k", config]);
+    // The manifests register the webhook for policy writes too; this
+    // cluster checks them itself, and the Service is not reachable here,
+    // so the registration goes (the webhook's /validate is asked directly
+    // below).
+    c.ok(
+        &k,
+        &[
+            "delete",
+            "validatingwebhookconfiguration",
+            "kubeforge-authz-policies",
+        ],
+    );
     let token = c.ok(
         &k,
         &[
@@ -545,25 +581,7 @@ spec:
                      "user": user, "groups": groups, "uid": "42"},
             "status": {"allowed": false}
         });
-        let out = Command::new("curl")
-            .args(["-sS", "--fail-with-body", "--cacert"])
-            .arg(certs.join("ca.crt"))
-            .args([
-                "-H",
-                "Content-Type: application/json",
-                "-d",
-                &body.to_string(),
-                &url,
-            ])
-            .output()
-            .expect("curl");
-        assert!(
-            out.status.success(),
-            "{}{}",
-            text_of(&out.stdout),
-            text_of(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("a JSON answer")
+        post_json(&certs.join("ca.crt"), &url, &body)
     };
     let allowed = review("bob", &["system:authenticated"], "get", "pods");
     assert_eq!(allowed["apiVersion"], "authorization.k8s.io/v1");
@@ -585,6 +603,72 @@ spec:
         serde_json::json!({"allowed": false}),
         "{none}"
     );
+    // As a validating admission webhook, it refuses what the embedded
+    // server refuses: a parent forming a cycle with the stored roles, an
+    // unknown time zone; and lets a good policy through.
+    let admit = |kind: &str, operation: &str, obj: serde_json::Value| -> serde_json::Value {
+        let plural = format!("{}s", kind.to_lowercase());
+        let body = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "7", "kind": {"group": "authz.kubeforge.dev", "version": "v1alpha1", "kind": kind},
+                "resource": {"group": "authz.kubeforge.dev", "version": "v1alpha1", "resource": plural},
+                "requestKind": {"group": "authz.kubeforge.dev", "version": "v1alpha1", "kind": kind},
+                "requestResource": {"group": "authz.kubeforge.dev", "version": "v1alpha1", "resource": plural},
+                "name": obj["metadata"]["name"], "operation": operation,
+                "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
+                "object": obj, "oldObject": null, "dryRun": false, "options": null}
+        });
+        let validate = url.replace("/authorize", "/validate");
+        let v = post_json(&certs.join("ca.crt"), &validate, &body);
+        assert_eq!(v["response"]["uid"], "7", "{v}");
+        v["response"].clone()
+    };
+    let cyclic = admit(
+        "ClusterAccessRole",
+        "UPDATE",
+        serde_json::json!({
+        "apiVersion": "authz.kubeforge.dev/v1alpha1", "kind": "ClusterAccessRole",
+        "metadata": {"name": "pod-reader"},
+        "spec": {"parents": [{"name": "pod-deleter"}], "rules": []}}),
+    );
+    assert_eq!(cyclic["allowed"], false, "{cyclic}");
+    assert_eq!(cyclic["status"]["code"], 422, "{cyclic}");
+    assert_eq!(cyclic["status"]["reason"], "Invalid", "{cyclic}");
+    assert!(
+        cyclic["status"]["message"].as_str().is_some_and(|m| m.starts_with(
+            r#"ClusterAccessRole.authz.kubeforge.dev "pod-reader" is invalid: spec.parents[0]: Invalid value: "pod-deleter": would form a cycle"#
+        )),
+        "{cyclic}"
+    );
+    assert_eq!(
+        cyclic["status"]["details"]["causes"][0]["field"],
+        "spec.parents[0]"
+    );
+    let zone = admit(
+        "AccessBinding",
+        "CREATE",
+        serde_json::json!({
+        "apiVersion": "authz.kubeforge.dev/v1alpha1", "kind": "AccessBinding",
+        "metadata": {"name": "office-hours", "namespace": "default"},
+        "spec": {"roleRef": {"kind": "ClusterAccessRole", "name": "pod-reader"},
+                 "subjects": [{"kind": "User", "name": "dave"}],
+                 "conditions": {"timeWindows": [{"start": "09:00", "end": "17:00", "timeZone": "Mars/Olympus"}]}}}),
+    );
+    assert_eq!(zone["allowed"], false, "{zone}");
+    assert_eq!(
+        zone["status"]["details"]["causes"][0]["field"], "spec.conditions.timeWindows[0].timeZone",
+        "{zone}"
+    );
+    let good = admit(
+        "ClusterAccessRole",
+        "CREATE",
+        serde_json::json!({
+        "apiVersion": "authz.kubeforge.dev/v1alpha1", "kind": "ClusterAccessRole",
+        "metadata": {"name": "pod-admin"},
+        "spec": {"parents": [{"name": "pod-deleter"}], "rules": []}}),
+    );
+    assert_eq!(good["allowed"], true, "{good}");
+
     // A new binding applies without a restart.
     c.ok(&k, &["delete", "clusteraccessbinding", "bob-reads"]);
     let mut last = serde_json::Value::Null;

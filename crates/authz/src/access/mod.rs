@@ -17,6 +17,7 @@
 //! answers with 422); [`policy`] compiles them and decides, with the path
 //! to each decision (binding, role, parents, rule) in its reason.
 
+pub mod check;
 pub mod conditions;
 pub mod policy;
 pub mod spec;
