@@ -53,6 +53,9 @@ pub struct ControllerBuilder<'m, K: Cacheable, C> {
     max_concurrent: u16,
     resync: Option<Duration>,
     backoff: BackoffConfig,
+    /// Whether each cache the controller reads (primary, owned, watched)
+    /// has listed: no reconcile runs before all have.
+    synced: Vec<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// Subscribes one trigger source when the controller starts.
@@ -69,6 +72,7 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
             max_concurrent: 1,
             resync: None,
             backoff: BackoffConfig::default(),
+            synced: Vec::new(),
         }
     }
 
@@ -77,6 +81,7 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
     /// like controller-runtime's `Owns`.
     pub fn owns<Child: Cacheable>(mut self) -> Self {
         let informer = self.mgr.informers().get::<Child>();
+        self.synced.push(informer.ready());
         self.sources.push(Box::new(move |_shared: &Arc<Shared<K>>| {
             let (rx, _) = informer.subscribe();
             rx.flat_map(|change| {
@@ -117,6 +122,7 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
         I: IntoIterator<Item = ObjectRef<K>>,
     {
         let informer = self.mgr.informers().get::<Other>();
+        self.synced.push(informer.ready());
         let mapper = Arc::new(mapper);
         self.sources.push(Box::new(move |_shared: &Arc<Shared<K>>| {
             let (rx, _) = informer.subscribe();
@@ -130,6 +136,11 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
                         }
                     }
                     Change::Deleted(o) => refs.extend(mapper(o)),
+                }
+                // One key per object: a namespace on a cluster-scoped
+                // kind's ref would make a second key, reconciled apart.
+                for r in &mut refs {
+                    normalize(r);
                 }
                 stream::iter(refs)
             })
@@ -194,11 +205,15 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
                 controller: self.name.clone(),
             },
             metrics: metrics.clone(),
+            tracker: self.mgr.reconciles(),
         });
         metrics.init_controller(&self.name, self.max_concurrent, shared.clone());
         let mut sources = self.sources;
+        let mut synced = self.synced;
+        synced.push(informer.ready());
         sources.insert(0, primary_source(informer, self.predicate));
         let run = Running {
+            synced,
             shared,
             handles,
             sources,
@@ -235,6 +250,13 @@ fn controller_owner<K: Cacheable, O: Resource>(obj: &O) -> Option<ObjectRef<K>> 
         Some(ns) if is_namespaced::<K>() => r.within(ns),
         _ => r,
     })
+}
+
+/// Drop the namespace of a ref to a cluster-scoped kind.
+fn normalize<K: Cacheable>(r: &mut ObjectRef<K>) {
+    if !is_namespaced::<K>() {
+        r.namespace = None;
+    }
 }
 
 /// Whether `K` is namespaced.
@@ -293,6 +315,8 @@ pub(crate) struct Shared<K: Cacheable> {
     labels: ControllerLabels,
     queue_labels: QueueLabels,
     metrics: Arc<Metrics>,
+    /// The manager's tracker of reconcile tasks.
+    tracker: tokio_util::task::TaskTracker,
 }
 
 impl<K: Cacheable> Shared<K> {
@@ -425,6 +449,7 @@ struct Running<K: Cacheable, C, Fut> {
     ctx: Arc<C>,
     resync: Option<Duration>,
     concurrency: u16,
+    synced: Vec<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl<K, C, Fut> Running<K, C, Fut>
@@ -449,6 +474,19 @@ where
                 .flatten()
                 .boxed(),
             );
+        }
+        // Subscribed above; now every cache the reconciles read must have
+        // listed (controller-runtime's WaitForCacheSync over all sources),
+        // or a reconcile could miss an owned object and make it again.
+        for mut ready in self.synced {
+            tokio::select! {
+                r = ready.wait_for(|listed| *listed) => {
+                    if r.is_err() {
+                        return;
+                    }
+                }
+                () = stop.cancelled() => return,
+            }
         }
         let queue_shared = shared.clone();
         let stop_queue = stop.clone();
@@ -527,11 +565,13 @@ where
         name = %key.name,
     );
     let started = Instant::now();
-    let task = AbortOnDrop(tokio::spawn(
-        AssertUnwindSafe(async move { reconcile(obj, ctx).await })
-            .catch_unwind()
-            .instrument(span.clone()),
-    ));
+    let task = AbortOnDrop(
+        shared.tracker.spawn(
+            AssertUnwindSafe(async move { reconcile(obj, ctx).await })
+                .catch_unwind()
+                .instrument(span.clone()),
+        ),
+    );
     Box::pin(
         async move {
             let outcome = task.await;

@@ -114,6 +114,16 @@ pub enum Error {
     /// The leader election configuration is not usable.
     #[error("invalid leader election settings: {0}")]
     LeaderElectionConfig(String),
+    /// A controller stopped by itself (a panic in a mapper or predicate,
+    /// say) while the manager ran; everything was stopped with it, so a
+    /// replica never keeps its Lease while not reconciling.
+    #[error("controller {name} stopped unexpectedly: {reason}")]
+    ControllerStopped {
+        /// The controller's name.
+        name: String,
+        /// The panic's message, or that it ended.
+        reason: String,
+    },
 }
 
 #[cfg(test)]

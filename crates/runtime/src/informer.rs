@@ -232,6 +232,11 @@ impl<K: Cacheable> Informer<K> {
         Cache::new(self.shelf.clone(), self.ready_rx.clone())
     }
 
+    /// Turns true once the first list is in the cache.
+    pub(crate) fn ready(&self) -> watch::Receiver<bool> {
+        self.ready_rx.clone()
+    }
+
     /// The handles of the cached objects, for kube-runtime's `applier`;
     /// kept from now on (call before the manager runs).
     pub(crate) fn handles(&self) -> Store<Handle<K>> {
@@ -248,10 +253,6 @@ impl<K: Cacheable> Informer<K> {
         let mut subs = lock(&self.subs);
         subs.senders.push(tx);
         (rx, self.synced.load(Ordering::SeqCst))
-    }
-
-    fn watched(&self) -> bool {
-        !lock(&self.subs).senders.is_empty()
     }
 
     async fn run(
@@ -300,53 +301,75 @@ impl<K: Cacheable> Informer<K> {
                 watcher::Event::InitApply(o) => watcher::Event::InitApply(Handle::of(o)),
                 watcher::Event::InitDone => watcher::Event::InitDone,
             });
-            let mut changes = Vec::new();
-            let mut list_done = false;
-            match ev {
-                watcher::Event::Apply(obj) => {
-                    let watched = self.watched();
-                    let key = key_of(&obj);
-                    let slot = self.shelf.slot(Arc::new(obj), watched);
-                    let new = if watched { slot.object() } else { None };
-                    let old = self.shelf.insert(key, slot);
-                    if let Some(new) = new {
-                        let old = old.and_then(Slot::into_object);
-                        changes.push(Change::Applied { old, new });
-                    }
-                }
-                watcher::Event::Delete(obj) => {
-                    let last = self.shelf.remove(&key_of(&obj));
-                    if self.watched() {
-                        let last = last
-                            .and_then(Slot::into_object)
-                            .unwrap_or_else(|| Arc::new(obj));
-                        changes.push(Change::Deleted(last));
-                    }
-                }
-                watcher::Event::Init => listed.clear(),
-                watcher::Event::InitApply(obj) => {
-                    let key = key_of(&obj);
-                    listed.push((key, self.shelf.slot(Arc::new(obj), self.watched())));
-                }
-                watcher::Event::InitDone => {
-                    changes = self.swap_in(std::mem::take(&mut listed));
-                    list_done = true;
+            self.apply(ev, &mut listed, &mut handles, handle_event);
+        }
+    }
+
+    /// Take one watch event into the cache, the applier's handles and the
+    /// subscribers, all under the subscribers' lock: a controller that
+    /// subscribes meanwhile either gets this event's changes (and, before
+    /// the first list is in, the whole list as changes) or sees the cache
+    /// already holding it — never neither.
+    fn apply(
+        &self,
+        ev: watcher::Event<K>,
+        listed: &mut Vec<Listed<K>>,
+        handles: &mut Writer<Handle<K>>,
+        handle_event: Option<watcher::Event<Handle<K>>>,
+    ) {
+        let mut subs = lock(&self.subs);
+        let watched = !subs.senders.is_empty();
+        let mut changes = Vec::new();
+        let mut list_done = false;
+        match ev {
+            watcher::Event::Apply(obj) => {
+                let key = key_of(&obj);
+                let slot = self.shelf.slot(Arc::new(obj), watched);
+                let new = if watched { slot.object() } else { None };
+                let old = self.shelf.insert(key, slot);
+                if let Some(new) = new {
+                    let old = old.and_then(Slot::into_object);
+                    changes.push(Change::Applied { old, new });
                 }
             }
-            // Cache, then the applier's handles, then the subscribers: a
-            // change a controller queues is always found by the applier and
-            // its object in the cache.
-            if let Some(e) = handle_event {
-                handles.apply_watcher_event(&e);
+            watcher::Event::Delete(obj) => {
+                let last = self.shelf.remove(&key_of(&obj));
+                if watched {
+                    let last = last
+                        .and_then(Slot::into_object)
+                        .unwrap_or_else(|| Arc::new(obj));
+                    changes.push(Change::Deleted(last));
+                }
             }
-            self.deliver(changes, list_done);
+            watcher::Event::Init => listed.clear(),
+            watcher::Event::InitApply(obj) => {
+                let key = key_of(&obj);
+                listed.push((key, self.shelf.slot(Arc::new(obj), watched)));
+            }
+            watcher::Event::InitDone => {
+                changes = self.swap_in(std::mem::take(listed), watched);
+                list_done = true;
+            }
+        }
+        // Cache, then the applier's handles, then the subscribers: a
+        // change a controller queues is always found by the applier and
+        // its object in the cache.
+        if let Some(e) = handle_event {
+            handles.apply_watcher_event(&e);
+        }
+        for change in changes {
+            subs.senders
+                .retain(|tx| tx.unbounded_send(change.clone()).is_ok());
+        }
+        if list_done && !self.synced.swap(true, Ordering::SeqCst) {
+            self.ready_tx.send_replace(true);
+            tracing::debug!(kind = %self.kind, objects = self.shelf.len(), "cache synced");
         }
     }
 
     /// A (re)list is complete: swap it in; returns the changes to deliver
     /// (none if nobody watches).
-    fn swap_in(&self, listed: Vec<Listed<K>>) -> Vec<Change<K>> {
-        let watched = self.watched();
+    fn swap_in(&self, listed: Vec<Listed<K>>, watched: bool) -> Vec<Change<K>> {
         let mut fresh = HashMap::with_capacity(listed.len());
         let mut news = Vec::new();
         for (key, slot) in listed {
@@ -369,21 +392,6 @@ impl<K: Cacheable> Informer<K> {
             }
         }
         changes
-    }
-
-    /// Send `changes` to the subscribers; after a list, mark the cache
-    /// synced under the same lock, so a subscriber either gets the listed
-    /// objects as changes or sees the cache synced.
-    fn deliver(&self, changes: Vec<Change<K>>, list_done: bool) {
-        let mut subs = lock(&self.subs);
-        for change in changes {
-            subs.senders
-                .retain(|tx| tx.unbounded_send(change.clone()).is_ok());
-        }
-        if list_done && !self.synced.swap(true, Ordering::SeqCst) {
-            self.ready_tx.send_replace(true);
-            tracing::debug!(kind = %self.kind, objects = self.shelf.len(), "cache synced");
-        }
     }
 }
 

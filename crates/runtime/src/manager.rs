@@ -23,6 +23,7 @@ use crate::metrics::Metrics;
 use crate::shutdown::ShutdownHandle;
 use crate::sync::lock;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Configures a [`Manager`]; see [`Manager::builder`].
 #[must_use]
@@ -117,6 +118,7 @@ impl ManagerBuilder {
             prune: self.prune,
             signals: self.signals,
             shutdown: CancellationToken::new(),
+            reconciles: TaskTracker::new(),
         }
     }
 }
@@ -134,6 +136,9 @@ pub struct Manager {
     prune: bool,
     signals: bool,
     shutdown: CancellationToken,
+    /// Every reconcile task of every controller, so `run` returns only once
+    /// none is left running.
+    reconciles: TaskTracker,
 }
 
 impl std::fmt::Debug for Manager {
@@ -202,6 +207,10 @@ impl Manager {
         ShutdownHandle(self.shutdown.clone())
     }
 
+    pub(crate) fn reconciles(&self) -> TaskTracker {
+        self.reconciles.clone()
+    }
+
     pub(crate) fn informers(&self) -> &Informers {
         &self.informers
     }
@@ -215,7 +224,9 @@ impl Manager {
     /// controllers once the caches they need are synced and (with leader
     /// election) once this replica leads. On shutdown the controllers take
     /// no new work and get the grace period to finish reconciles in flight;
-    /// then the Lease is released (if configured) and `run` returns.
+    /// then the Lease is released (if configured, within 5 s) and `run`
+    /// returns. When leadership is lost, reconciles in flight are stopped
+    /// at once instead (another replica may already lead).
     ///
     /// Returns [`Error::LeaderElectionLost`] when this replica stops leading
     /// (its controllers were stopped first).
@@ -297,11 +308,34 @@ impl Manager {
         let ctrl_stop = CancellationToken::new();
         let _ctrl_guard = ctrl_stop.clone().drop_guard();
         let mut handles = Vec::new();
+        let mut lost_lease = false;
+        let mut names = Vec::new();
         if started {
             for (name, start) in lock(&self.controllers).drain(..) {
                 tracing::debug!(controller = %name, "starting");
                 handles.push(tokio::spawn(start(ctrl_stop.clone())));
+                names.push(name);
             }
+            // A controller's task ends only when told to: one that ends
+            // sooner (a panic in a mapper or predicate) stops the manager.
+            let died = async {
+                if handles.is_empty() {
+                    return std::future::pending().await;
+                }
+                let (res, i, _) = futures::future::select_all(handles.iter_mut()).await;
+                let reason = match res {
+                    Err(e) if e.is_panic() => {
+                        let p = e.into_panic();
+                        p.downcast_ref::<&str>()
+                            .map(|s| (*s).to_string())
+                            .or_else(|| p.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "it panicked".into())
+                    }
+                    Err(e) => e.to_string(),
+                    Ok(()) => "it ended".into(),
+                };
+                (i, reason)
+            };
             let lost = async {
                 if elector.is_some() {
                     let _ = state_rx.wait_for(|s| *s == LeaderState::Lost).await;
@@ -311,7 +345,15 @@ impl Manager {
             };
             tokio::select! {
                 () = &mut requested => tracing::info!("shutdown requested; stopping controllers"),
+                (i, reason) = died => {
+                    // Its handle is spent: polling it again would panic.
+                    drop(handles.remove(i));
+                    let name = names.get(i).cloned().unwrap_or_default();
+                    tracing::error!(controller = %name, %reason, "a controller stopped; stopping the manager");
+                    result = Err(Error::ControllerStopped { name, reason });
+                }
                 () = lost => {
+                    lost_lease = true;
                     if let Some(le) = &self.leader {
                         result = Err(Error::LeaderElectionLost {
                             namespace: le.namespace.clone(),
@@ -322,23 +364,44 @@ impl Manager {
             }
         }
 
-        // Graceful, bounded: no new work, finish what is in flight.
         ctrl_stop.cancel();
         let aborts: Vec<_> = handles.iter().map(|h| h.abort_handle()).collect();
-        if tokio::time::timeout(self.grace, join_all(handles))
+        if lost_lease {
+            // Another replica may lead by now: nothing of ours may still
+            // act (controller-runtime exits at once). Reconciles in flight
+            // are dropped, not given the grace period.
+            tracing::warn!("leadership lost; stopping reconciles in flight at once");
+            for a in &aborts {
+                a.abort();
+            }
+            join_all(handles).await;
+        } else if tokio::time::timeout(self.grace, join_all(handles))
             .await
             .is_err()
         {
+            // Graceful, bounded: no new work, finish what is in flight.
             tracing::warn!(grace = ?self.grace, "reconciles still running after the grace period; aborting them");
             for a in aborts {
                 a.abort();
             }
         }
-        // Then the Lease (released now if configured), then caches and the
-        // admin server.
+        // Aborted reconciles end at their next poll: wait for that, so none
+        // acts after this point.
+        self.reconciles.close();
+        self.reconciles.wait().await;
+        // Then the Lease (released now if configured; bounded, since the
+        // API server may be what is gone), then caches and the admin
+        // server.
         elector_stop.cancel();
         if let Some(e) = elector {
-            let _ = e.await;
+            let abort = e.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(5), e)
+                .await
+                .is_err()
+            {
+                tracing::warn!("the Lease was not released within 5 s; leaving it to expire");
+                abort.abort();
+            }
         }
         bg_stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), join_all(background)).await;

@@ -882,3 +882,175 @@ async fn owns_metadata_caches_children_without_spec_and_routes_them() {
     stop.shutdown();
     assert!(matches!(run.await, Ok(Ok(()))));
 }
+
+/// A `watches` mapper naming a cluster-scoped object with a namespace (an
+/// easy slip: `ObjectRef::new(name).within(ns)`) reaches that object under
+/// its one key: never reconciled twice at once, even with several
+/// workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_scoped_ref_with_a_namespace_is_the_same_key() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use std::sync::atomic::AtomicBool;
+    let server = ApiServer::in_memory().await;
+    let client = server.client();
+    let mgr = Manager::builder(client.clone())
+        .handle_signals(false)
+        .build();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let overlapped = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let (r, f, o, gate) = (
+        runs.clone(),
+        in_flight.clone(),
+        overlapped.clone(),
+        release.clone(),
+    );
+    mgr.controller::<Namespace, _>("namespaces", ())
+        .watches::<ConfigMap, _>(|cm: &ConfigMap| {
+            let ns = cm.metadata.namespace.clone().unwrap_or_default();
+            Some(ObjectRef::<Namespace>::new(&ns).within(&ns))
+        })
+        .max_concurrent_reconciles(4)
+        .register(move |ns: Arc<Namespace>, _| {
+            let (r, f, o, gate) = (r.clone(), f.clone(), o.clone(), gate.clone());
+            async move {
+                if ns.metadata.name.as_deref() != Some("default") {
+                    return Ok(Action::await_change());
+                }
+                if f.fetch_add(1, Ordering::SeqCst) > 0 {
+                    o.store(true, Ordering::SeqCst);
+                }
+                let first = r.fetch_add(1, Ordering::SeqCst) == 0;
+                if first {
+                    // Hold the first reconcile until the test lets go.
+                    let _ = gate.acquire().await;
+                }
+                f.fetch_sub(1, Ordering::SeqCst);
+                Ok(Action::await_change())
+            }
+        });
+    let stop = mgr.shutdown_handle();
+    let run = tokio::spawn(mgr.run());
+    eventually(
+        "the first reconcile of default",
+        Duration::from_secs(10),
+        || {
+            let n = runs.load(Ordering::SeqCst);
+            async move { n >= 1 }
+        },
+    )
+    .await;
+    // A ConfigMap in default maps to default while its first reconcile
+    // runs: under one key, the second waits for the first.
+    create_cm(&client, "trigger").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !overlapped.load(Ordering::SeqCst),
+        "default was reconciled twice at once"
+    );
+    release.add_permits(1);
+    eventually("default reconciled again", Duration::from_secs(10), || {
+        let n = runs.load(Ordering::SeqCst);
+        async move { n >= 2 }
+    })
+    .await;
+    assert!(!overlapped.load(Ordering::SeqCst));
+    stop.shutdown();
+    let _ = run.await;
+}
+
+/// No reconcile runs before every cache it reads has listed: with the
+/// owned kind's list held back, a new primary object waits; once the list
+/// is in, the reconcile sees a synced owned cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciles_wait_for_owned_caches_to_list() {
+    use futures::FutureExt as _;
+    use std::sync::atomic::AtomicBool;
+    let server = ApiServer::in_memory().await;
+    let admin = server.client();
+    let held = common::gated_client(&server, false, "/secrets");
+    let mgr = Manager::builder(held.client.clone())
+        .handle_signals(false)
+        .build();
+    let secrets = mgr.store::<Secret>();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let unsynced = Arc::new(AtomicBool::new(false));
+    let (r, u) = (runs.clone(), unsynced.clone());
+    mgr.controller::<ConfigMap, _>("cms", ())
+        .owns::<Secret>()
+        .register(move |_cm: Arc<ConfigMap>, _| {
+            let (r, u, secrets) = (r.clone(), u.clone(), secrets.clone());
+            async move {
+                if secrets.wait_until_ready().now_or_never().is_none() {
+                    u.store(true, Ordering::SeqCst);
+                }
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok(Action::await_change())
+            }
+        });
+    let stop = mgr.shutdown_handle();
+    let run = tokio::spawn(mgr.run());
+    create_cm(&admin, "early").await;
+    // The ConfigMap list is in; the Secret list is held.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "reconciled before the owned cache listed"
+    );
+    held.gate.send_replace(true);
+    eventually(
+        "the reconcile after the lists",
+        Duration::from_secs(10),
+        || {
+            let n = runs.load(Ordering::SeqCst);
+            async move { n >= 1 }
+        },
+    )
+    .await;
+    assert!(!unsynced.load(Ordering::SeqCst));
+    stop.shutdown();
+    let _ = run.await;
+}
+
+/// A controller whose task dies (here a `watches` mapper panics) stops the
+/// manager with an error naming it, rather than leaving a replica that
+/// runs (and leads) without reconciling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_that_dies_stops_the_manager() {
+    let server = ApiServer::in_memory().await;
+    let client = server.client();
+    let mgr = Manager::builder(client.clone())
+        .handle_signals(false)
+        .build();
+    mgr.controller::<ConfigMap, _>("fragile", ())
+        .watches::<Secret, _>(|s: &Secret| {
+            assert!(
+                s.metadata.name.as_deref() != Some("poison"),
+                "mapper bug on purpose"
+            );
+            None::<ObjectRef<ConfigMap>>
+        })
+        .register(|_cm: Arc<ConfigMap>, _| async { Ok(Action::await_change()) });
+    let run = tokio::spawn(mgr.run());
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("poison".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    let r = tokio::time::timeout(Duration::from_secs(30), run).await;
+    match r {
+        Ok(Ok(Err(kubeforge_runtime::Error::ControllerStopped { name, reason }))) => {
+            assert_eq!(name, "fragile");
+            assert!(reason.contains("mapper bug on purpose"), "{reason}");
+        }
+        other => panic!("expected ControllerStopped, got {other:?}"),
+    }
+}

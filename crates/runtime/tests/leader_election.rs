@@ -261,3 +261,64 @@ async fn bad_leader_election_settings_are_refused() {
         "{err}"
     );
 }
+
+/// Sets its flag when dropped: the reconcile future holding it is gone.
+struct Dropped(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A replica that loses its Lease stops the reconcile it is running at
+/// once (another replica may lead already), not after the shutdown grace:
+/// when `run` reports the loss, the reconcile is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_stops_reconciles_in_flight_at_once() {
+    let server = ApiServer::in_memory().await;
+    let user = server.client();
+    let mgr = Manager::builder(server.client())
+        .handle_signals(false)
+        .leader_election_with(election("replica-a", Duration::from_secs(2)))
+        // Far longer than the test may take: the grace must not apply.
+        .graceful_shutdown_timeout(Duration::from_secs(3600))
+        .build();
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = Arc::new(tokio::sync::Notify::new());
+    let (d, s) = (dropped.clone(), started.clone());
+    mgr.controller::<ConfigMap, _>("slow", ())
+        .register(move |_cm: Arc<ConfigMap>, _| {
+            let guard = Dropped(d.clone());
+            let s = s.clone();
+            async move {
+                let _guard = guard;
+                s.notify_one();
+                // A reconcile stuck on a slow call.
+                std::future::pending::<()>().await;
+                Ok(Action::await_change())
+            }
+        });
+    let run = tokio::spawn(mgr.run());
+    create_cm(&user, "work").await;
+    started.notified().await;
+    let api = Api::<Lease>::namespaced(user.clone(), "default");
+    let mut l = api.get(LEASE).await.expect("lease");
+    if let Some(spec) = l.spec.as_mut() {
+        spec.holder_identity = Some("intruder".into());
+        spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+    }
+    api.replace(LEASE, &PostParams::default(), &l)
+        .await
+        .expect("steal lease");
+    // Bounded only so a regression fails rather than hangs for the hour.
+    let r = tokio::time::timeout(Duration::from_secs(60), run).await;
+    assert!(
+        matches!(r, Ok(Ok(Err(Error::LeaderElectionLost { .. })))),
+        "expected LeaderElectionLost before the grace period, got {r:?}"
+    );
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the reconcile was still running when run() returned"
+    );
+}

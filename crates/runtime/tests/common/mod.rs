@@ -38,6 +38,12 @@ impl Tapped {
 }
 
 pub fn tapped_client(server: &ApiServer, open: bool) -> Tapped {
+    gated_client(server, open, "")
+}
+
+/// As [`tapped_client`], but only requests whose URI contains `held` wait
+/// for the gate.
+pub fn gated_client(server: &ApiServer, open: bool, held: &'static str) -> Tapped {
     let (gate, rx) = watch::channel(open);
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
     let svc = server.service();
@@ -53,8 +59,11 @@ pub fn tapped_client(server: &ApiServer, open: bool) -> Tapped {
         }
         let svc = svc.clone();
         let mut rx = rx.clone();
+        let wait = req.uri().to_string().contains(held);
         async move {
-            let _ = rx.wait_for(|open| *open).await;
+            if wait {
+                let _ = rx.wait_for(|open| *open).await;
+            }
             svc.oneshot(req).await
         }
     });
