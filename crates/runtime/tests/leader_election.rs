@@ -76,6 +76,19 @@ async fn create_cm(client: &Client, name: &str) {
         .expect("create configmap");
 }
 
+/// Someone else takes the Lease over (as a partitioned leader would find).
+async fn steal_lease(client: &Client) {
+    let api = Api::<Lease>::namespaced(client.clone(), "default");
+    let mut l = api.get(LEASE).await.expect("lease");
+    if let Some(spec) = l.spec.as_mut() {
+        spec.holder_identity = Some("intruder".into());
+        spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+    }
+    api.replace(LEASE, &PostParams::default(), &l)
+        .await
+        .expect("steal lease");
+}
+
 async fn lease(client: &Client) -> Option<Lease> {
     Api::<Lease>::namespaced(client.clone(), "default")
         .get_opt(LEASE)
@@ -224,15 +237,7 @@ async fn a_leader_that_cannot_renew_stops_with_an_error() {
     })
     .await;
     // Someone else takes the Lease over (as a partitioned leader would find).
-    let api = Api::<Lease>::namespaced(user.clone(), "default");
-    let mut l = api.get(LEASE).await.expect("lease");
-    if let Some(spec) = l.spec.as_mut() {
-        spec.holder_identity = Some("intruder".into());
-        spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
-    }
-    api.replace(LEASE, &PostParams::default(), &l)
-        .await
-        .expect("steal lease");
+    steal_lease(&user).await;
     let r = tokio::time::timeout(Duration::from_secs(10), a.run).await;
     match r {
         Ok(Ok(Err(Error::LeaderElectionLost { name, .. }))) => assert_eq!(name, LEASE),
@@ -302,15 +307,7 @@ async fn a_lost_lease_stops_reconciles_in_flight_at_once() {
     let run = tokio::spawn(mgr.run());
     create_cm(&user, "work").await;
     started.notified().await;
-    let api = Api::<Lease>::namespaced(user.clone(), "default");
-    let mut l = api.get(LEASE).await.expect("lease");
-    if let Some(spec) = l.spec.as_mut() {
-        spec.holder_identity = Some("intruder".into());
-        spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
-    }
-    api.replace(LEASE, &PostParams::default(), &l)
-        .await
-        .expect("steal lease");
+    steal_lease(&user).await;
     // Bounded only so a regression fails rather than hangs for the hour.
     let r = tokio::time::timeout(Duration::from_secs(60), run).await;
     assert!(
