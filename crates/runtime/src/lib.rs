@@ -58,6 +58,7 @@ pub mod conditions;
 pub mod controller;
 mod error;
 pub mod events;
+pub mod finalizer;
 mod informer;
 pub mod leader;
 mod manager;

@@ -1054,3 +1054,100 @@ async fn a_controller_that_dies_stops_the_manager() {
         other => panic!("expected ControllerStopped, got {other:?}"),
     }
 }
+
+/// The finalizer helper: added before the first `Apply`, `Cleanup` once
+/// the object is being deleted, then removed (keeping another party's
+/// finalizer), and the object goes once that party lets go too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_finalizer_helper_adds_cleans_up_and_removes() {
+    use kubeforge_runtime::finalizer::{Event, finalizer};
+    const MINE: &str = "test.kubeforge.dev/cleanup";
+    const THEIRS: &str = "other.example.com/hold";
+    let server = ApiServer::in_memory().await;
+    let client = server.client();
+    let mgr = Manager::builder(client.clone())
+        .handle_signals(false)
+        .build();
+    let log = Arc::new(Mutex::new(Vec::<String>::new()));
+    let l = log.clone();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let a = api.clone();
+    mgr.controller::<ConfigMap, _>("finalizing", ())
+        .register(move |cm: Arc<ConfigMap>, _| {
+            let (l, a) = (l.clone(), a.clone());
+            async move {
+                finalizer(&a, MINE, cm, |event| async move {
+                    let entry = match &event {
+                        Event::Apply(cm) => format!(
+                            "apply finalizers={:?}",
+                            cm.metadata.finalizers.clone().unwrap_or_default()
+                        ),
+                        Event::Cleanup(_) => "cleanup".to_string(),
+                    };
+                    l.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
+                    Ok::<_, ReconcileError>(Action::await_change())
+                })
+                .await
+            }
+        });
+    let stop = mgr.shutdown_handle();
+    let run = tokio::spawn(mgr.run());
+    let mut obj = cm("guarded");
+    obj.metadata.finalizers = Some(vec![THEIRS.into()]);
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create");
+    let entries = || log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    eventually("the first Apply", Duration::from_secs(10), || {
+        let e = entries();
+        async move { !e.is_empty() }
+    })
+    .await;
+    assert_eq!(
+        entries()[0],
+        format!("apply finalizers={:?}", [THEIRS, MINE]),
+        "the finalizer is added before the first Apply"
+    );
+    api.delete("guarded", &DeleteParams::default())
+        .await
+        .expect("delete");
+    eventually(
+        "the cleanup and our finalizer gone",
+        Duration::from_secs(10),
+        || {
+            let api = api.clone();
+            let cleaned = entries().iter().any(|e| e == "cleanup");
+            async move {
+                let left = api
+                    .get("guarded")
+                    .await
+                    .ok()
+                    .and_then(|c| c.metadata.finalizers)
+                    .unwrap_or_default();
+                cleaned && left == vec![THEIRS.to_string()]
+            }
+        },
+    )
+    .await;
+    // The other party lets go: the object is deleted.
+    api.patch(
+        "guarded",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("drop their finalizer");
+    eventually("the ConfigMap deleted", Duration::from_secs(10), || {
+        let api = api.clone();
+        async move { matches!(api.get_opt("guarded").await, Ok(None)) }
+    })
+    .await;
+    assert_eq!(
+        entries().iter().filter(|e| *e == "cleanup").count(),
+        1,
+        "cleanup ran once: {:?}",
+        entries()
+    );
+    stop.shutdown();
+    let _ = run.await;
+}

@@ -39,6 +39,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kubeforge_apiserver::ApiServer;
@@ -551,6 +552,44 @@ impl Drop for Loopback {
 /// `kubectl` accepts it as is.
 pub fn kubeconfig_yaml(addr: SocketAddr) -> String {
     kubeforge_apiserver::kubeconfig_yaml(addr)
+}
+
+/// Wait until `check` answers true, asking again (every 5 ms at first,
+/// backing off to every 100 ms) until `within` has passed, then fail the
+/// test naming `what`. For conditions a watch cannot tell (or a test
+/// does not watch); prefer waiting on a watch where there is one.
+pub async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    eventually_some(what, within, move || {
+        let f = check();
+        async move { f.await.then_some(()) }
+    })
+    .await
+}
+
+/// [`eventually`] for a check that answers `Some(value)` once it holds;
+/// returns the value.
+pub async fn eventually_some<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
 }
 
 #[cfg(test)]

@@ -1,26 +1,17 @@
 //! A whole cluster in a test: `.controllers().scheduler().nodes(n)` makes
 //! Deployments roll out onto simulated nodes, as an operator's tests need.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use kubeforge_controllers::nodesim::Delays;
-use kubeforge_testenv::TestEnv;
+use kubeforge_testenv::{TestEnv, eventually};
 
-async fn eventually<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+/// How long the waits below allow.
+const WAIT: Duration = Duration::from_secs(30);
 
 /// Create Deployment `web` (nginx, label `app=web`) with `replicas` and
 /// wait until all of them are available.
@@ -41,7 +32,7 @@ async fn roll_out_web(deployments: &Api<Deployment>, replicas: i32) {
         .create(&PostParams::default(), &deploy)
         .await
         .expect("create deployment");
-    eventually(&format!("{replicas} available replicas"), || async {
+    eventually(&format!("{replicas} available replicas"), WAIT, || async {
         deployments
             .get("web")
             .await
@@ -212,7 +203,7 @@ async fn builtin_components_run_under_their_own_least_privilege_identities() {
         .expect("create service");
     roll_out_web(&deployments, 2).await;
     let slices: Api<EndpointSlice> = Api::default_namespaced(env.client());
-    eventually("2 ready endpoints", || async {
+    eventually("2 ready endpoints", WAIT, || async {
         slices
             .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
             .await
@@ -234,7 +225,7 @@ async fn builtin_components_run_under_their_own_least_privilege_identities() {
     jobs.create(&PostParams::default(), &job)
         .await
         .expect("create job");
-    eventually("the finished Job deleted", || async {
+    eventually("the finished Job deleted", WAIT, || async {
         matches!(jobs.get_opt("once").await, Ok(None))
     })
     .await;
@@ -251,7 +242,7 @@ async fn builtin_components_run_under_their_own_least_privilege_identities() {
         )
         .await
         .expect("delete binding");
-    eventually("the binding's removal in force", || async {
+    eventually("the binding's removal in force", WAIT, || async {
         !allowed(&env, &rs, &sa_groups, "create", "", "pods", "default").await
     })
     .await;
@@ -266,6 +257,7 @@ async fn builtin_components_run_under_their_own_least_privilege_identities() {
     let denied = format!("User \"{rs}\" cannot create resource \"pods\"");
     eventually(
         "a FailedCreate event naming the missing permission",
+        WAIT,
         || async {
             events.list(&ListParams::default()).await.is_ok_and(|l| {
                 l.items.iter().any(|e| {
@@ -289,7 +281,7 @@ async fn builtin_components_run_under_their_own_least_privilege_identities() {
         .delete("web", &Default::default())
         .await
         .expect("delete deployment");
-    eventually("the Deployment's pods collected", || async {
+    eventually("the Deployment's pods collected", WAIT, || async {
         pods.list(&ListParams::default().labels("app=web"))
             .await
             .is_ok_and(|l| l.items.is_empty())
@@ -313,7 +305,7 @@ async fn builtin_components_run_under_their_own_least_privilege_identities() {
         .delete("scratch", &Default::default())
         .await
         .expect("delete namespace");
-    eventually("the namespace finalized", || async {
+    eventually("the namespace finalized", WAIT, || async {
         matches!(namespaces.get_opt("scratch").await, Ok(None))
     })
     .await;

@@ -3,8 +3,7 @@
 
 #![allow(dead_code, missing_docs)]
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -36,21 +35,7 @@ pub async fn start() -> Env {
     }
 }
 
-/// Poll `f` until it returns true, panicking with `what` after `limit`.
-pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    loop {
-        if f().await {
-            return;
-        }
-        assert!(start.elapsed() < limit, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+pub use kubeforge_testenv::eventually;
 
 pub fn owner_ref(api_version: &str, kind: &str, name: &str, uid: &str, block: bool) -> Value {
     let mut r = json!({"apiVersion": api_version, "kind": kind, "name": name, "uid": uid});

@@ -5,9 +5,8 @@
 #![allow(dead_code, missing_docs)]
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -56,21 +55,7 @@ pub async fn start_with(opts: WorkloadOptions) -> Env {
     }
 }
 
-/// Poll `f` until it returns true, panicking with `what` after `limit`.
-pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    loop {
-        if f().await {
-            return;
-        }
-        assert!(start.elapsed() < limit, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use kubeforge_testenv::eventually;
 
 pub fn obj<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("valid object")

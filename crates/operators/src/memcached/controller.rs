@@ -28,6 +28,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeforge_runtime::conditions::{self, ConditionStatus};
 use kubeforge_runtime::events::EventRecorder;
+use kubeforge_runtime::finalizer::{Event, finalizer};
 use kubeforge_runtime::{Action, Cache, Manager, ObjectRef, Predicate, ReconcileError, predicates};
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -128,48 +129,28 @@ pub async fn reconcile(m: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, R
         .namespace()
         .ok_or_else(|| ReconcileError::terminal("Memcached has no namespace"))?;
     let api: Api<Memcached> = Api::namespaced(ctx.client.clone(), &ns);
-    let name = m.name_any();
-
-    if m.metadata.deletion_timestamp.is_some() {
-        if m.finalizers().iter().any(|f| f == FINALIZER) {
-            finalize(&api, &m, &ctx).await?;
-        }
-        return Ok(Action::await_change());
-    }
-
-    let m = if m.finalizers().iter().any(|f| f == FINALIZER) {
-        m
-    } else {
-        let mut finalizers = m.finalizers().to_vec();
-        finalizers.push(FINALIZER.to_string());
-        // resourceVersion makes the patch conditional: a concurrent change
-        // gives 409 and a retry rather than a lost finalizer list.
-        let patch = json!({"metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": m.resource_version(),
-        }});
-        let patched = match api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(p) => p,
-            // The cached copy was behind (often: our own finalizer write is
-            // not in the cache yet). Read the object; if the finalizer is
-            // there, carry on with it, else fail and retry.
-            Err(e) if kube_errors::is_conflict(&e) => {
-                let fresh = api.get(&name).await?;
-                if !fresh.finalizers().iter().any(|f| f == FINALIZER) {
-                    return Err(e.into());
-                }
-                fresh
+    finalizer(&api, FINALIZER, m, |event| async {
+        match event {
+            Event::Cleanup(m) => {
+                finalize(&api, &m, &ctx).await?;
+                Ok(Action::await_change())
             }
-            Err(e) => return Err(e.into()),
-        };
-        debug!(namespace = %ns, name = %name, "added finalizer");
-        Arc::new(patched)
-    };
+            Event::Apply(m) => apply(&api, m, &ns, &ctx).await,
+        }
+    })
+    .await
+}
 
-    let (deployment, failure) = match ensure_deployment(&m, &ns, &ctx).await {
+/// Make the Deployment and the status match `m` (which carries the
+/// finalizer).
+async fn apply(
+    api: &Api<Memcached>,
+    m: Arc<Memcached>,
+    ns: &str,
+    ctx: &Context,
+) -> Result<Action, ReconcileError> {
+    let api = api.clone();
+    let (deployment, failure) = match ensure_deployment(&m, ns, ctx).await {
         Ok(d) => (Some(d), None),
         Err(e @ DeploymentError::NotOwned) => {
             ctx.events
@@ -180,11 +161,11 @@ pub async fn reconcile(m: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action, R
         Err(DeploymentError::Api(e)) => {
             let msg = format!("writing the Deployment: {e}");
             // Record why in the status (best effort), then retry with backoff.
-            let _ = write_status(&api, &m, &ctx, None, Some(&msg)).await;
+            let _ = write_status(&api, &m, ctx, None, Some(&msg)).await;
             return Err(e.into());
         }
     };
-    write_status(&api, &m, &ctx, deployment.as_ref(), failure.as_deref()).await?;
+    write_status(&api, &m, ctx, deployment.as_ref(), failure.as_deref()).await?;
     if failure.is_some() {
         // Someone else's Deployment has the name: nothing to retry until it changes.
         return Ok(Action::requeue(ctx.options.resync));
@@ -359,8 +340,9 @@ async fn write_status(
 }
 
 /// The finalizer's cleanup: report it (Degraded=Finalizing, a Warning
-/// event) and let the object go. The Deployment needs no explicit delete:
-/// it is owned, so the garbage collector removes it.
+/// event); the finalizer helper then lets the object go. The Deployment
+/// needs no explicit delete: it is owned, so the garbage collector
+/// removes it.
 async fn finalize(
     api: &Api<Memcached>,
     m: &Memcached,
@@ -370,7 +352,6 @@ async fn finalize(
     let ns = m.namespace().unwrap_or_default();
     let mut status = m.status.clone().unwrap_or_default();
     let msg = format!("Performing finalizer operations for the custom resource: {name}");
-    let mut resource_version = m.resource_version();
     if conditions::set_condition(
         &mut status.conditions,
         conditions::new(DEGRADED, ConditionStatus::Unknown, "Finalizing", &msg)
@@ -383,7 +364,7 @@ async fn finalize(
             .replace_status(&name, &PostParams::default(), &with)
             .await
         {
-            Ok(written) => resource_version = written.resource_version(),
+            Ok(_) => {}
             // Gone meanwhile: nothing left to do.
             Err(e) if kube_errors::is_not_found(&e) => return Ok(()),
             Err(e) => return Err(e.into()),
@@ -391,24 +372,5 @@ async fn finalize(
     }
     let note = format!("Custom Resource {name} is being deleted from the namespace {ns}");
     ctx.events.warning(m, "Deleting", "Finalize", &note).await?;
-    let rest: Vec<String> = m
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    // resourceVersion makes it conditional: never drops a finalizer someone
-    // added meanwhile (a conflict retries with the fresh list).
-    let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": resource_version}});
-    match api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => {
-            info!(namespace = %ns, name = %name, "finalizer removed");
-            Ok(())
-        }
-        Err(e) if kube_errors::is_not_found(&e) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    Ok(())
 }

@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Namespace};
 use kube::api::{Api, ListParams, PostParams};
@@ -74,23 +74,13 @@ impl Running {
     }
 }
 
-/// Polls `f` until it returns `Some`, failing the test after `secs`.
-pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
+/// [`kubeforge_testenv::eventually_some`] with the limit in seconds first.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {secs} s waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    kubeforge_testenv::eventually_some(what, Duration::from_secs(secs), f).await
 }
 
 /// Events in `ns` about the object named `name` (core/v1 view).

@@ -4,10 +4,8 @@
 
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use kube::Client;
 use kubeforge_apiserver::ApiServer;
@@ -112,20 +110,4 @@ pub fn sample(text: &str, series: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Poll `check` every 20 ms until it holds; panics with `what` after `within`.
-pub async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if check().await {
-            return;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {within:?} waiting for: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use kubeforge_testenv::eventually;
