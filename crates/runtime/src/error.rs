@@ -114,6 +114,9 @@ pub enum Error {
     /// The leader election configuration is not usable.
     #[error("invalid leader election settings: {0}")]
     LeaderElectionConfig(String),
+    /// The webhook server failed while the manager ran.
+    #[error("the webhook server failed: {0}")]
+    Webhooks(#[source] crate::webhook::WebhookError),
     /// A controller stopped by itself (a panic in a mapper or predicate,
     /// say) while the manager ran; everything was stopped with it, so a
     /// replica never keeps its Lease while not reconciling.

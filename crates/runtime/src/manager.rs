@@ -22,6 +22,7 @@ use crate::leader::{Elector, LeaderElection, LeaderState};
 use crate::metrics::Metrics;
 use crate::shutdown::ShutdownHandle;
 use crate::sync::lock;
+use crate::webhook::WebhookServer;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -37,9 +38,20 @@ pub struct ManagerBuilder {
     compact: bool,
     signals: bool,
     registry: Registry,
+    webhooks: Option<WebhookServer>,
 }
 
 impl ManagerBuilder {
+    /// Run `server` (bound, with its routes and certificates) as part of
+    /// the manager, as controller-runtime's manager runs its webhook
+    /// server: it serves on every replica, leading or not, from the start
+    /// of [`Manager::run`], and stops last — after the controllers and the
+    /// Lease — so admission keeps answering while reconciles drain.
+    pub fn webhook_server(mut self, server: WebhookServer) -> Self {
+        self.webhooks = Some(server);
+        self
+    }
+
     /// Serve `/metrics`, `/healthz` and `/readyz` on `addr` (off by default).
     pub fn metrics_addr(mut self, addr: SocketAddr) -> Self {
         self.metrics_addr = Some(addr);
@@ -119,6 +131,7 @@ impl ManagerBuilder {
             signals: self.signals,
             shutdown: CancellationToken::new(),
             reconciles: TaskTracker::new(),
+            webhooks: Mutex::new(self.webhooks),
         }
     }
 }
@@ -139,6 +152,8 @@ pub struct Manager {
     /// Every reconcile task of every controller, so `run` returns only once
     /// none is left running.
     reconciles: TaskTracker,
+    /// The webhook server `run` serves, if any.
+    webhooks: Mutex<Option<WebhookServer>>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -163,6 +178,7 @@ impl Manager {
             compact: true,
             signals: true,
             registry: Registry::default(),
+            webhooks: None,
         }
     }
 
@@ -278,6 +294,15 @@ impl Manager {
             };
             background.push(tokio::spawn(admin::serve(listener, state, bg_stop.clone())));
         }
+
+        // The webhook server, on every replica; stopped after everything
+        // else.
+        let hooks_stop = CancellationToken::new();
+        let _hooks_guard = hooks_stop.clone().drop_guard();
+        let hooks = lock(&self.webhooks).take().map(|server| {
+            let stop = hooks_stop.clone();
+            tokio::spawn(async move { server.run(async move { stop.cancelled().await }).await })
+        });
 
         let mut requested =
             std::pin::pin!(shutdown_requested(self.shutdown.clone(), self.signals)?);
@@ -405,6 +430,19 @@ impl Manager {
         }
         bg_stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), join_all(background)).await;
+        hooks_stop.cancel();
+        if let Some(h) = hooks {
+            match tokio::time::timeout(Duration::from_secs(5), h).await {
+                Ok(Ok(Err(e))) => {
+                    tracing::error!(error = %e, "the webhook server failed");
+                    if result.is_ok() {
+                        result = Err(Error::Webhooks(e));
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => tracing::warn!("the webhook server did not stop within 5 s"),
+            }
+        }
         result
     }
 }

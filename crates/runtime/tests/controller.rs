@@ -1151,3 +1151,70 @@ async fn the_finalizer_helper_adds_cleans_up_and_removes() {
     stop.shutdown();
     let _ = run.await;
 }
+
+/// The manager runs the webhook server it is given: the API server's
+/// admission reaches it while the manager runs (here refusing ConfigMaps
+/// without a `team` label), and it stops with the manager.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manager_runs_its_webhook_server() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use kube::core::admission::AdmissionRequest;
+    use kubeforge_runtime::webhook::{Verdict, WebhookServer, validating_configuration};
+    let server = ApiServer::in_memory().await;
+    let client = server.client();
+    let dir = std::env::temp_dir().join(format!("kubeforge-mgr-hooks-{}", std::process::id()));
+    let hooks = WebhookServer::builder()
+        .addr("127.0.0.1:0".parse().expect("addr"))
+        .cert_dir(dir.clone())
+        .validator("/team", |req: &AdmissionRequest<ConfigMap>| {
+            let labels = req.object.as_ref().and_then(|c| c.metadata.labels.as_ref());
+            match labels.and_then(|l| l.get("team")) {
+                Some(_) => Verdict::allow(),
+                None => Verdict::deny("every ConfigMap needs a team label"),
+            }
+        })
+        .bind()
+        .await
+        .expect("bind the webhook server");
+    let (url, ca, addr) = (
+        hooks.url("/team"),
+        hooks.ca_bundle().to_string(),
+        hooks.local_addr(),
+    );
+    let mgr = Manager::builder(client.clone())
+        .handle_signals(false)
+        .webhook_server(hooks)
+        .build();
+    mgr.controller::<ConfigMap, _>("noop", ())
+        .register(|_cm: Arc<ConfigMap>, _| async { Ok(Action::await_change()) });
+    let stop = mgr.shutdown_handle();
+    let run = tokio::spawn(mgr.run());
+    let cfg = validating_configuration(
+        "team-label",
+        "team.example.com",
+        &url,
+        &ca,
+        &[("", "v1", "configmaps")],
+    );
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &cfg)
+        .await
+        .expect("register the webhook");
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    // The server was bound before run(), so the first write reaches it.
+    let refused = match api.create(&PostParams::default(), &cm("unlabelled")).await {
+        Err(kube::Error::Api(s)) => s,
+        other => panic!("expected the webhook to refuse, got {other:?}"),
+    };
+    assert!(
+        refused
+            .message
+            .contains("every ConfigMap needs a team label"),
+        "{refused:?}"
+    );
+    stop.shutdown();
+    assert!(matches!(run.await, Ok(Ok(()))));
+    // Stopped with the manager.
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    let _ = std::fs::remove_dir_all(dir);
+}
