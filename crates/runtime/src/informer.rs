@@ -200,6 +200,26 @@ pub(crate) struct Informer<K: Cacheable> {
     subs: Mutex<Subscribers<K>>,
     synced: AtomicBool,
     kind: String,
+    /// What is listed and watched (every `K` by default).
+    scope: Mutex<WatchScope<K>>,
+}
+
+/// Which `K`s an informer lists and watches: the API it watches through
+/// (every namespace, or one) and the label and field selectors.
+pub(crate) struct WatchScope<K> {
+    /// The API to watch through, given the manager's client.
+    pub api: Arc<dyn Fn(Client) -> Api<K> + Send + Sync>,
+    /// The watch's selectors.
+    pub config: watcher::Config,
+}
+
+impl<K: Cacheable> Default for WatchScope<K> {
+    fn default() -> Self {
+        WatchScope {
+            api: Arc::new(Api::all),
+            config: watcher::Config::default(),
+        }
+    }
 }
 
 impl<K: Cacheable> Informer<K> {
@@ -224,7 +244,13 @@ impl<K: Cacheable> Informer<K> {
             }),
             synced: AtomicBool::new(false),
             kind,
+            scope: Mutex::new(WatchScope::default()),
         }
+    }
+
+    /// Change what is listed and watched (before the manager runs).
+    pub(crate) fn scope(&self, change: impl FnOnce(&mut WatchScope<K>)) {
+        change(&mut lock(&self.scope));
     }
 
     /// The cache (empty until the first list arrives).
@@ -265,8 +291,11 @@ impl<K: Cacheable> Informer<K> {
             return;
         };
         let keep_handles = self.reconciled.load(Ordering::SeqCst);
-        let api: Api<K> = Api::all(client);
-        let stream = watcher(api, watcher::Config::default())
+        let (api, config) = {
+            let scope = lock(&self.scope);
+            ((scope.api)(client), scope.config.clone())
+        };
+        let stream = watcher(api, config)
             .default_backoff()
             .modify(move |o: &mut K| transform(o));
         let mut stream = std::pin::pin!(stream);

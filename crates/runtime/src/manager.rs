@@ -39,9 +39,51 @@ pub struct ManagerBuilder {
     signals: bool,
     registry: Registry,
     webhooks: Option<WebhookServer>,
+    scopes: Vec<ScopeFn>,
 }
 
+/// A cache scope set on the builder, applied to the informers at build.
+type ScopeFn = Box<dyn FnOnce(&Informers) + Send>;
+
 impl ManagerBuilder {
+    /// Cache — and so reconcile, own and watch — only the `K`s in namespace
+    /// `ns` (controller-runtime's cache `ByObject` namespaces). The list and
+    /// watch go to the namespace's own URL, so RBAC in that namespace is
+    /// enough: an operator whose Role covers one namespace runs.
+    pub fn namespace_for<K>(mut self, ns: &str) -> Self
+    where
+        K: Cacheable,
+        K::Scope: kube::core::NamespaceScope,
+    {
+        let ns = ns.to_string();
+        self.scopes.push(Box::new(move |informers: &Informers| {
+            informers.get::<K>().scope(move |s| {
+                s.api = Arc::new(move |client| kube::Api::<K>::all(client).constrain(&ns));
+            });
+        }));
+        self
+    }
+
+    /// Cache only the `K`s matching the label selector `labels` and the
+    /// field selector `fields` (either may be empty), in kube's syntax
+    /// (`app=web,tier!=db`, `status.phase=Running`): objects outside are
+    /// neither cached nor reconciled, and leaving the selection is seen as
+    /// a deletion.
+    pub fn selector_for<K: Cacheable>(mut self, labels: &str, fields: &str) -> Self {
+        let (labels, fields) = (labels.to_string(), fields.to_string());
+        self.scopes.push(Box::new(move |informers: &Informers| {
+            informers.get::<K>().scope(move |s| {
+                if !labels.is_empty() {
+                    s.config = std::mem::take(&mut s.config).labels(&labels);
+                }
+                if !fields.is_empty() {
+                    s.config = std::mem::take(&mut s.config).fields(&fields);
+                }
+            });
+        }));
+        self
+    }
+
     /// Run `server` (bound, with its routes and certificates) as part of
     /// the manager, as controller-runtime's manager runs its webhook
     /// server: it serves on every replica, leading or not, from the start
@@ -118,9 +160,13 @@ impl ManagerBuilder {
 
     /// The manager.
     pub fn build(self) -> Manager {
+        let informers = Informers::new(self.compact);
+        for scope in self.scopes {
+            scope(&informers);
+        }
         Manager {
             client: self.client,
-            informers: Informers::new(self.compact),
+            informers,
             controllers: Mutex::new(Vec::new()),
             metrics: Arc::new(Metrics::new(self.registry)),
             metrics_addr: self.metrics_addr,
@@ -179,6 +225,7 @@ impl Manager {
             signals: true,
             registry: Registry::default(),
             webhooks: None,
+            scopes: Vec::new(),
         }
     }
 

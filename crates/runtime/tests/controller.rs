@@ -1218,3 +1218,91 @@ async fn the_manager_runs_its_webhook_server() {
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// An operator whose RBAC covers one namespace runs when its caches are
+/// scoped to it (the list and watch go to the namespace's URL), and a
+/// label selector keeps the rest out of the cache and the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caches_scoped_to_a_namespace_and_a_selector() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let server = ApiServer::in_memory().await;
+    server.enable_rbac(true).await.expect("rbac");
+    let admin = server.client();
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "team"}}))
+        .expect("namespace");
+    Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    let role: Role = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "op", "namespace": "team"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                   "verbs": ["get", "list", "watch", "patch"]}]}))
+    .expect("role");
+    Api::<Role>::namespaced(admin.clone(), "team")
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("create role");
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "op", "namespace": "team"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "op"},
+        "subjects": [{"kind": "User", "name": "op"}]}))
+    .expect("binding");
+    Api::<RoleBinding>::namespaced(admin.clone(), "team")
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("create binding");
+    let op = server.client_as(kubeforge_apiserver::UserInfo::new(
+        "op",
+        ["system:authenticated"],
+    ));
+    let mgr = Manager::builder(op.clone())
+        .handle_signals(false)
+        .namespace_for::<ConfigMap>("team")
+        .selector_for::<ConfigMap>("app=web", "")
+        .build();
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let s = seen.clone();
+    mgr.controller::<ConfigMap, _>("scoped", ())
+        .register(move |cm: Arc<ConfigMap>, _| {
+            let s = s.clone();
+            async move {
+                s.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(cm.metadata.name.clone().unwrap_or_default());
+                Ok(Action::await_change())
+            }
+        });
+    let stop = mgr.shutdown_handle();
+    let run = tokio::spawn(mgr.run());
+    let make = |ns: &str, name: &str, app: &str| {
+        let mut c = cm(name);
+        c.metadata.namespace = Some(ns.into());
+        c.metadata.labels = Some(BTreeMap::from([("app".to_string(), app.to_string())]));
+        c
+    };
+    let team: Api<ConfigMap> = Api::namespaced(admin.clone(), "team");
+    let default: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+    for (api, c) in [
+        (&default, make("default", "elsewhere", "web")),
+        (&team, make("team", "other-app", "db")),
+        (&team, make("team", "web-config", "web")),
+    ] {
+        api.create(&PostParams::default(), &c)
+            .await
+            .expect("create");
+    }
+    eventually("web-config reconciled", Duration::from_secs(10), || {
+        let got = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        async move { got.iter().any(|n| n == "web-config") }
+    })
+    .await;
+    let got = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert!(
+        got.iter().all(|n| n == "web-config"),
+        "only the selected ConfigMap in team is reconciled: {got:?}"
+    );
+    stop.shutdown();
+    assert!(matches!(run.await, Ok(Ok(()))));
+}
