@@ -108,7 +108,12 @@ fn immutable_update(obj: &Value, old: &Value, fields: &[&str], causes: &mut Vec<
 pub(crate) fn validate_secret(obj: &Value, old: Option<&Value>, causes: &mut Vec<ApiCause>) {
     let ty = obj.get("type").and_then(Value::as_str).unwrap_or_default();
     if let Some(old) = old {
-        let was = old.get("type").and_then(Value::as_str).unwrap_or_default();
+        // A Secret stored before `type` was defaulted reads as Opaque.
+        let was = old
+            .get("type")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .unwrap_or("Opaque");
         if was != ty {
             push(causes, Cause::invalid("type", ty, "field is immutable"));
         }
@@ -331,6 +336,10 @@ mod tests {
         assert!(f.contains(&format!("data: Forbidden: {IMMUTABLE}")));
         let same = json!({"type": "Opaque", "immutable": true, "data": {"a": "eA=="}, "metadata": {"labels": {"x": "1"}}});
         assert!(fields(&same, Some(&old), true).is_empty());
+        // Stored by an older kubeforge without a type: the default applies.
+        let untyped = json!({"data": {"a": "eA=="}});
+        let updated = json!({"type": "Opaque", "data": {"a": "eQ=="}});
+        assert!(fields(&updated, Some(&untyped), true).is_empty());
     }
 
     #[test]
