@@ -64,11 +64,13 @@ pub(crate) fn prepare(obj: &mut Value) {
 
 /// The decoded values of `bag` (base64 strings), `None` for one that does
 /// not decode.
-fn decoded(bag: &Map<String, Value>) -> impl Iterator<Item = (&String, Option<Vec<u8>>)> {
-    bag.iter().map(|(k, v)| {
-        let bytes = v.as_str().and_then(|s| STANDARD.decode(s).ok());
-        (k, bytes)
-    })
+fn decoded(bag: &Map<String, Value>) -> Vec<(&str, Option<Vec<u8>>)> {
+    bag.iter()
+        .map(|(k, v)| {
+            let bytes = v.as_str().and_then(|s| STANDARD.decode(s).ok());
+            (k.as_str(), bytes)
+        })
+        .collect()
 }
 
 fn bag<'a>(obj: &'a Value, field: &str) -> Option<&'a Map<String, Value>> {
@@ -121,8 +123,9 @@ pub(crate) fn validate_secret(obj: &Value, old: Option<&Value>, causes: &mut Vec
     }
     let empty = Map::new();
     let data = bag(obj, "data").unwrap_or(&empty);
+    let values = decoded(data);
     let mut total = 0;
-    for (key, bytes) in decoded(data) {
+    for (key, bytes) in &values {
         let field = format!("data[{key}]");
         for msg in is_config_map_key(key) {
             push(causes, Cause::invalid(&field, key, &msg));
@@ -142,10 +145,11 @@ pub(crate) fn validate_secret(obj: &Value, old: Option<&Value>, causes: &mut Vec
     if total > MAX_SIZE {
         push(causes, Cause::too_long("data", MAX_SIZE));
     }
-    let value = |key: &str| -> Option<Vec<u8>> {
-        data.get(key)
-            .and_then(Value::as_str)
-            .and_then(|s| STANDARD.decode(s).ok())
+    let value = |key: &str| -> Option<&[u8]> {
+        values
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, b)| b.as_deref())
     };
     // kube names two of these fields `data[%s][key]` (a format verb left
     // in its path); clients matching on the field see the same text.
@@ -176,7 +180,7 @@ pub(crate) fn validate_secret(obj: &Value, old: Option<&Value>, causes: &mut Vec
             if !data.contains_key(key) {
                 push(causes, Cause::required(&field, ""));
             } else if let Err(e) =
-                serde_json::from_slice::<Map<String, Value>>(&value(key).unwrap_or_default())
+                serde_json::from_slice::<Map<String, Value>>(value(key).unwrap_or_default())
             {
                 push(
                     causes,

@@ -38,55 +38,35 @@ const OPERATOR_RULES: &str = include_str!("../../../config/rbac/role.yaml");
 async fn operator_client(server: &ApiServer) -> Result<kube::Client> {
     use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    use kube::api::{Api, Patch, PatchParams};
+    use kube::api::Api;
+    use serde_json::json;
     let admin = server.client();
-    let pp = PatchParams::apply("kubeforge").force();
-    let mut role: ClusterRole = serde_saphyr::from_str(OPERATOR_RULES)
+    let shipped: serde_json::Value = serde_saphyr::from_str(OPERATOR_RULES)
         .context("reading config/rbac/role.yaml (built in)")?;
-    role.metadata.name = Some(OPERATOR_ROLE.into());
-    let apply = |kind: &str, name: &str, mut v: serde_json::Value| {
-        v["kind"] = kind.into();
-        v["metadata"]["name"] = name.into();
-        Patch::Apply(v)
-    };
-    let role = serde_json::to_value(&role).context("encoding the operators' ClusterRole")?;
-    let group = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1"});
-    let core = serde_json::json!({"apiVersion": "v1"});
-    let mut binding = group.clone();
-    binding["roleRef"] = serde_json::json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": OPERATOR_ROLE});
-    binding["subjects"] = serde_json::json!([{"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE}]);
-    let mut role_obj = group.clone();
-    role_obj["rules"] = role["rules"].clone();
-    Api::<Namespace>::all(admin.clone())
-        .patch(
-            OPERATOR_NAMESPACE,
-            &pp,
-            &apply("Namespace", OPERATOR_NAMESPACE, core.clone()),
-        )
+    let rbac = "rbac.authorization.k8s.io/v1";
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": OPERATOR_NAMESPACE}});
+    let account = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": OPERATOR_ACCOUNT}});
+    let role = json!({"apiVersion": rbac, "kind": "ClusterRole",
+        "metadata": {"name": OPERATOR_ROLE}, "rules": shipped["rules"]});
+    let binding = json!({"apiVersion": rbac, "kind": "ClusterRoleBinding",
+        "metadata": {"name": OPERATOR_ROLE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": OPERATOR_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE}]});
+    apply(&Api::<Namespace>::all(admin.clone()), &namespace)
         .await
         .context("creating the operators' namespace")?;
-    Api::<ServiceAccount>::namespaced(admin.clone(), OPERATOR_NAMESPACE)
-        .patch(
-            OPERATOR_ACCOUNT,
-            &pp,
-            &apply("ServiceAccount", OPERATOR_ACCOUNT, core),
-        )
-        .await
-        .context("creating the operators' ServiceAccount")?;
-    Api::<ClusterRole>::all(admin.clone())
-        .patch(
-            OPERATOR_ROLE,
-            &pp,
-            &apply("ClusterRole", OPERATOR_ROLE, role_obj),
-        )
+    apply(
+        &Api::<ServiceAccount>::namespaced(admin.clone(), OPERATOR_NAMESPACE),
+        &account,
+    )
+    .await
+    .context("creating the operators' ServiceAccount")?;
+    apply(&Api::<ClusterRole>::all(admin.clone()), &role)
         .await
         .context("creating the operators' ClusterRole")?;
-    Api::<ClusterRoleBinding>::all(admin)
-        .patch(
-            OPERATOR_ROLE,
-            &pp,
-            &apply("ClusterRoleBinding", OPERATOR_ROLE, binding),
-        )
+    apply(&Api::<ClusterRoleBinding>::all(admin), &binding)
         .await
         .context("binding the operators' ClusterRole")?;
     Ok(
@@ -95,6 +75,16 @@ async fn operator_client(server: &ApiServer) -> Result<kube::Client> {
             OPERATOR_ACCOUNT,
         )),
     )
+}
+
+/// Server-side apply `obj` (named by its `metadata.name`) through `api`.
+async fn apply<K>(api: &kube::Api<K>, obj: &serde_json::Value) -> kube::Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let pp = kube::api::PatchParams::apply("kubeforge").force();
+    api.patch(name, &pp, &kube::api::Patch::Apply(obj)).await
 }
 
 /// The operators `--operators` accepts.

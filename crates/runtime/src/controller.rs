@@ -426,15 +426,12 @@ impl<T> Future for AbortOnDrop<T> {
     }
 }
 
-/// The text of a panic payload.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "reconcile panicked".to_string()
-    }
+/// The text of a panic payload, when it is a string.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
 }
 
 type ReconcileFn<K, C, Fut> = dyn Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync;
@@ -585,7 +582,7 @@ where
             let result = match outcome {
                 Ok(Ok(r)) => r,
                 Ok(Err(panic)) => {
-                    let msg = panic_message(&*panic);
+                    let msg = panic_message(&*panic).unwrap_or_else(|| "reconcile panicked".into());
                     m.reconcile_panics.get_or_create(&shared.labels).inc();
                     Err(ReconcileError::new(format!("reconcile panicked: {msg}")))
                 }

@@ -396,13 +396,8 @@ impl Manager {
                 }
                 let (res, i, _) = futures::future::select_all(handles.iter_mut()).await;
                 let reason = match res {
-                    Err(e) if e.is_panic() => {
-                        let p = e.into_panic();
-                        p.downcast_ref::<&str>()
-                            .map(|s| (*s).to_string())
-                            .or_else(|| p.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "it panicked".into())
-                    }
+                    Err(e) if e.is_panic() => crate::controller::panic_message(&*e.into_panic())
+                        .unwrap_or_else(|| "it panicked".into()),
                     Err(e) => e.to_string(),
                     Ok(()) => "it ended".into(),
                 };
