@@ -36,6 +36,7 @@ use crate::error::ReconcileError;
 use crate::informer::{Cacheable, Change, Handle, Informer};
 use crate::manager::Manager;
 use crate::metrics::{ControllerLabels, DepthSource, Metrics, QueueLabels, ResultLabels};
+use crate::permissions::{self, Permissions};
 use crate::predicates::Predicate;
 use crate::sync::lock;
 use tokio_util::sync::CancellationToken;
@@ -56,6 +57,8 @@ pub struct ControllerBuilder<'m, K: Cacheable, C> {
     /// Whether each cache the controller reads (primary, owned, watched)
     /// has listed: no reconcile runs before all have.
     synced: Vec<tokio::sync::watch::Receiver<bool>>,
+    /// What the controller reads and writes (see [`crate::permissions`]).
+    permissions: Permissions,
 }
 
 /// Subscribes one trigger source when the controller starts.
@@ -73,13 +76,27 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
             resync: None,
             backoff: BackoffConfig::default(),
             synced: Vec::new(),
+            permissions: {
+                let mut p = Permissions::new();
+                p.allow_kind::<K>(None, permissions::READ);
+                p
+            },
         }
     }
 
     /// Also reconcile the controlling owner (an ownerReference with
     /// `controller: true` of kind `K`) when a `Child` changes or is deleted,
     /// like controller-runtime's `Owns`.
+    ///
+    /// Records that the controller reads and writes `Child`s (`create`,
+    /// `update`, `patch`, `delete`) and updates `K`'s `finalizers`
+    /// subresource (what `blockOwnerDeletion` on the owner reference
+    /// needs).
     pub fn owns<Child: Cacheable>(mut self) -> Self {
+        self.permissions
+            .allow_kind::<Child>(None, permissions::READ)
+            .allow_kind::<Child>(None, permissions::WRITE)
+            .allow_kind::<K>(Some("finalizers"), &["update"]);
         let informer = self.mgr.informers().get::<Child>();
         self.synced.push(informer.ready());
         self.sources.push(Box::new(move |_shared: &Arc<Shared<K>>| {
@@ -115,12 +132,14 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
     /// Also reconcile the objects `mapper` names when an `Other` changes or
     /// is deleted (controller-runtime's `Watches` with
     /// `EnqueueRequestsFromMapFunc`); on an update both the old and the new
-    /// object are mapped.
+    /// object are mapped. Records that the controller reads `Other`s.
     pub fn watches<Other, I>(mut self, mapper: impl Fn(&Other) -> I + Send + Sync + 'static) -> Self
     where
         Other: Cacheable,
         I: IntoIterator<Item = ObjectRef<K>>,
     {
+        self.permissions
+            .allow_kind::<Other>(None, permissions::READ);
         let informer = self.mgr.informers().get::<Other>();
         self.synced.push(informer.ready());
         let mapper = Arc::new(mapper);
@@ -182,6 +201,42 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
         self
     }
 
+    /// Declare that the reconciler writes `K`'s status subresource
+    /// (`get`, `update`, `patch` on `<plural>/status`).
+    pub fn writes_status(mut self) -> Self {
+        self.permissions
+            .allow_kind::<K>(Some("status"), permissions::STATUS);
+        self
+    }
+
+    /// Declare that the reconciler adds and removes a finalizer on `K`s
+    /// (`update` and `patch` on them, as [`crate::finalizer`] does).
+    pub fn uses_finalizer(mut self) -> Self {
+        self.permissions.allow_kind::<K>(None, &["update", "patch"]);
+        self
+    }
+
+    /// Declare that the reconciler records Events
+    /// ([`EventRecorder`](crate::events::EventRecorder)).
+    pub fn records_events(mut self) -> Self {
+        self.permissions.merge(&permissions::events());
+        self
+    }
+
+    /// Declare that the reconciler calls `verbs` on kind `T`, which it
+    /// neither owns nor watches (e.g. reads Secrets live).
+    pub fn writes<T: kube::Resource<DynamicType = ()>>(mut self, verbs: &[&str]) -> Self {
+        self.permissions.allow_kind::<T>(None, verbs);
+        self
+    }
+
+    /// Declare any other rule the reconciler needs: `verbs` on `resource`
+    /// (plural, or `plural/subresource`) of API group `group`.
+    pub fn permits(mut self, group: &str, resource: &str, verbs: &[&str]) -> Self {
+        self.permissions.allow(group, resource, verbs);
+        self
+    }
+
     /// Add the controller to the manager with its reconcile function. It
     /// starts with [`Manager::run`] (once leading, with leader election).
     pub fn register<F, Fut>(self, reconcile: F)
@@ -189,6 +244,7 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
         F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
     {
+        self.mgr.permits_all(&self.permissions);
         let informer = self.mgr.informers().get::<K>();
         let metrics = self.mgr.metrics();
         let handles = informer.handles();

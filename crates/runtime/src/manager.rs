@@ -20,6 +20,7 @@ use crate::error::Error;
 use crate::informer::{Cacheable, Informers};
 use crate::leader::{Elector, LeaderElection, LeaderState};
 use crate::metrics::Metrics;
+use crate::permissions::Permissions;
 use crate::shutdown::ShutdownHandle;
 use crate::sync::lock;
 use crate::webhook::WebhookServer;
@@ -178,6 +179,7 @@ impl ManagerBuilder {
             shutdown: CancellationToken::new(),
             reconciles: TaskTracker::new(),
             webhooks: Mutex::new(self.webhooks),
+            permissions: Mutex::new(Permissions::new()),
         }
     }
 }
@@ -200,6 +202,8 @@ pub struct Manager {
     reconciles: TaskTracker,
     /// The webhook server `run` serves, if any.
     webhooks: Mutex<Option<WebhookServer>>,
+    /// What the registered controllers (and `permits`) need.
+    permissions: Mutex<Permissions>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -268,6 +272,31 @@ impl Manager {
     /// A handle that stops [`run`](Self::run) gracefully.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         ShutdownHandle(self.shutdown.clone())
+    }
+
+    /// Everything the registered controllers declared they read and write
+    /// (see [`crate::permissions`]), and what [`permits`](Self::permits)
+    /// added: the ClusterRole the manager's identity needs. Leader
+    /// election is apart ([`leader_election_permissions`](Self::leader_election_permissions)).
+    pub fn permissions(&self) -> Permissions {
+        lock(&self.permissions).clone()
+    }
+
+    /// Allow `verbs` on `group`/`resource` besides what the controllers
+    /// declared (e.g. what `main` reads at start-up).
+    pub fn permits(&self, group: &str, resource: &str, verbs: &[&str]) {
+        lock(&self.permissions).allow(group, resource, verbs);
+    }
+
+    /// With leader election: the Lease's namespace and what the election
+    /// needs there (a namespaced Role).
+    pub fn leader_election_permissions(&self) -> Option<(String, Permissions)> {
+        let le = self.leader.as_ref()?;
+        Some((le.namespace.clone(), crate::permissions::leader_election()))
+    }
+
+    pub(crate) fn permits_all(&self, p: &Permissions) {
+        lock(&self.permissions).merge(p);
     }
 
     pub(crate) fn reconciles(&self) -> TaskTracker {

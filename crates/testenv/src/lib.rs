@@ -41,7 +41,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubeforge_apiserver::ApiServer;
 use kubeforge_controllers::nodesim::{
     self, Delays, NodeSimulator, NodeSpec, RunningSimulator, SimulatorOptions,
@@ -121,6 +126,14 @@ pub enum Error {
     /// The simulated nodes could not be registered.
     #[error("starting the node simulator: {0}")]
     Nodes(#[source] kubeforge_controllers::nodesim::Error),
+    /// A ServiceAccount, its role or binding could not be created.
+    #[error("granting {what}: {source}")]
+    Grant {
+        /// What was being created.
+        what: String,
+        /// The server's answer.
+        source: kube::Error,
+    },
     /// The loopback client could not be built.
     #[error("building the loopback client: {0}")]
     Client(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -387,6 +400,118 @@ impl TestEnv {
     /// `env.client_as(UserInfo::service_account("system", "my-operator"))`.
     pub fn client_as(&self, user: kubeforge_apiserver::UserInfo) -> kube::Client {
         self.server.client_as(user)
+    }
+
+    /// A client acting as ServiceAccount `namespace/name`, allowed exactly
+    /// `rules` (cluster-wide) and `namespaced` (a Role in `namespace`,
+    /// e.g. leader election's Leases): creates the namespace if missing,
+    /// the ServiceAccount, a ClusterRole and Role `<namespace>-<name>` and
+    /// their bindings, as a deployed operator would have them. Needs
+    /// [`TestEnvBuilder::rbac`] for the rules to limit anything.
+    pub async fn client_for_service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+        rules: Vec<PolicyRule>,
+        namespaced: Vec<PolicyRule>,
+    ) -> Result<kube::Client, Error> {
+        let admin = self.server.client();
+        let role = format!("{namespace}-{name}");
+        let subject = Subject {
+            kind: "ServiceAccount".into(),
+            name: name.into(),
+            namespace: Some(namespace.into()),
+            ..Subject::default()
+        };
+        let meta = |ns: Option<&str>| ObjectMeta {
+            name: Some(if ns.is_some() {
+                name.to_string()
+            } else {
+                role.clone()
+            }),
+            namespace: ns.map(String::from),
+            ..ObjectMeta::default()
+        };
+        let pp = kube::api::PostParams::default();
+        let grant = |what: &str| {
+            let what = what.to_string();
+            move |source| Error::Grant { what, source }
+        };
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(namespace.into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        match kube::Api::<Namespace>::all(admin.clone())
+            .create(&pp, &ns)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(grant("the namespace")(e)),
+        }
+        let sa = ServiceAccount {
+            metadata: meta(Some(namespace)),
+            ..ServiceAccount::default()
+        };
+        kube::Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+            .create(&pp, &sa)
+            .await
+            .map_err(grant("the ServiceAccount"))?;
+        let role_ref = |kind: &str| RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: kind.into(),
+            name: role.clone(),
+        };
+        let cluster_role = ClusterRole {
+            metadata: meta(None),
+            rules: Some(rules),
+            ..ClusterRole::default()
+        };
+        kube::Api::<ClusterRole>::all(admin.clone())
+            .create(&pp, &cluster_role)
+            .await
+            .map_err(grant("the ClusterRole"))?;
+        let binding = ClusterRoleBinding {
+            metadata: meta(None),
+            role_ref: role_ref("ClusterRole"),
+            subjects: Some(vec![subject.clone()]),
+        };
+        kube::Api::<ClusterRoleBinding>::all(admin.clone())
+            .create(&pp, &binding)
+            .await
+            .map_err(grant("the ClusterRoleBinding"))?;
+        if !namespaced.is_empty() {
+            let in_ns = ObjectMeta {
+                name: Some(role.clone()),
+                namespace: Some(namespace.into()),
+                ..ObjectMeta::default()
+            };
+            let r = Role {
+                metadata: in_ns.clone(),
+                rules: Some(namespaced),
+            };
+            kube::Api::<Role>::namespaced(admin.clone(), namespace)
+                .create(&pp, &r)
+                .await
+                .map_err(grant("the Role"))?;
+            let b = RoleBinding {
+                metadata: in_ns,
+                role_ref: role_ref("Role"),
+                subjects: Some(vec![subject]),
+            };
+            kube::Api::<RoleBinding>::namespaced(admin, namespace)
+                .create(&pp, &b)
+                .await
+                .map_err(grant("the RoleBinding"))?;
+        }
+        Ok(
+            self.client_as(kubeforge_apiserver::UserInfo::service_account(
+                namespace, name,
+            )),
+        )
     }
 
     /// An in-process client that bypasses fault injection: for a test's own

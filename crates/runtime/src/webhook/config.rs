@@ -4,8 +4,8 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
-    ValidatingWebhookConfiguration, WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -32,6 +32,93 @@ fn client_config(url: &str, ca_bundle: &str) -> WebhookClientConfig {
         ca_bundle: Some(ByteString(ca_bundle.as_bytes().to_vec())),
         service: None,
     }
+}
+
+/// A client config calling Service `namespace/name` on port 443 at `path`,
+/// with no CA bundle (cert-manager's CA injector, or
+/// [`inject_ca_bundle`], fills it in).
+pub fn service_client_config(namespace: &str, name: &str, path: &str) -> WebhookClientConfig {
+    WebhookClientConfig {
+        url: None,
+        ca_bundle: None,
+        service: Some(ServiceReference {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            path: Some(path.to_string()),
+            port: Some(443),
+        }),
+    }
+}
+
+/// [`validating_configuration`] with any client config (e.g.
+/// [`service_client_config`]) and operations.
+pub fn validating_configuration_with(
+    name: &str,
+    webhook: &str,
+    client: WebhookClientConfig,
+    targets: &[Target<'_>],
+) -> ValidatingWebhookConfiguration {
+    let mut c = validating_configuration(name, webhook, "", "", targets);
+    if let Some(w) = c.webhooks.as_mut().and_then(|w| w.first_mut()) {
+        w.client_config = client;
+    }
+    c
+}
+
+/// [`mutating_configuration`] with any client config.
+pub fn mutating_configuration_with(
+    name: &str,
+    webhook: &str,
+    client: WebhookClientConfig,
+    targets: &[Target<'_>],
+) -> MutatingWebhookConfiguration {
+    let mut c = mutating_configuration(name, webhook, "", "", targets);
+    if let Some(w) = c.webhooks.as_mut().and_then(|w| w.first_mut()) {
+        w.client_config = client;
+    }
+    c
+}
+
+/// Set `caBundle` to `ca_bundle` in every webhook of the mutating and
+/// validating configurations matching `label_selector` (what an operator
+/// that makes its own serving certificate does at start-up, instead of
+/// cert-manager's CA injector); returns how many configurations changed.
+/// Needs `get`, `list` and `patch` on both kinds.
+pub async fn inject_ca_bundle(
+    client: kube::Client,
+    label_selector: &str,
+    ca_bundle: &str,
+) -> Result<usize, kube::Error> {
+    use base64::Engine as _;
+    use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+    let lp = ListParams::default().labels(label_selector);
+    let bundle = base64::engine::general_purpose::STANDARD.encode(ca_bundle);
+    let kinds = [
+        ApiResource::erase::<MutatingWebhookConfiguration>(&()),
+        ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+    ];
+    let mut changed = 0;
+    for kind in kinds {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind);
+        for c in api.list(&lp).await? {
+            let Some(webhooks) = c.data.get("webhooks").and_then(|w| w.as_array()) else {
+                continue;
+            };
+            let mut patched = webhooks.clone();
+            for w in &mut patched {
+                w["clientConfig"]["caBundle"] = serde_json::Value::String(bundle.clone());
+            }
+            if &patched == webhooks {
+                continue;
+            }
+            let name = c.metadata.name.clone().unwrap_or_default();
+            let body = serde_json::json!({"webhooks": patched});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+                .await?;
+            changed += 1;
+        }
+    }
+    Ok(changed)
 }
 
 /// A ValidatingWebhookConfiguration `name` with one webhook `webhook`

@@ -58,7 +58,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use certs::{CA_FILE, CERT_FILE, DevCerts, KEY_FILE};
-pub use config::{Target, mutating_configuration, validating_configuration};
+pub use config::{
+    Target, inject_ca_bundle, mutating_configuration, mutating_configuration_with,
+    service_client_config, validating_configuration, validating_configuration_with,
+};
 
 /// The default listen address (controller-runtime's port).
 pub const DEFAULT_ADDR: &str = "0.0.0.0:9443";
