@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every test of the workspace on a fresh machine: installs what the tests
-# need (Python's kubernetes client, openssl, curl), checks the kubectl binaries the tests
+# need (Python's kubernetes client, openssl, curl, make), checks the kubectl binaries the tests
 # drive, checks formatting, lints and docs, then builds and runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,9 +13,10 @@ cargo fmt --version >/dev/null 2>&1 || { echo "test-all: rustfmt is required: ru
 cargo clippy --version >/dev/null 2>&1 || { echo "test-all: clippy is required: rustup component add clippy" >&2; exit 1; }
 
 # openssl makes the multi-valued certificate subjects the x509 tests need;
-# curl plays the unauthenticated client.
+# curl plays the unauthenticated client; make runs a scaffolded project's
+# Makefile (crates/cli/tests/scaffold.rs).
 missing=()
-for tool in openssl curl; do
+for tool in openssl curl make; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 if [ "${#missing[@]}" -gt 0 ]; then

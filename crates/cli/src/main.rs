@@ -12,6 +12,7 @@ mod cluster;
 mod kubeclient;
 mod operator;
 mod pki;
+mod scaffold;
 mod scheduler;
 mod webhook;
 
@@ -61,6 +62,17 @@ enum Command {
     /// Access-policy tools: `explain` says whether a user may do
     /// something and which binding, role, parent and rule decide it.
     Authz(authz::AuthzArgs),
+    /// Scaffold an operator project on kubeforge-runtime in an empty
+    /// folder (Cargo project, Manager, config/ kustomize, Dockerfile,
+    /// Makefile).
+    Init(scaffold::InitArgs),
+    /// Add to a scaffolded project: `create api` (a kind's type and
+    /// controller), `create webhook` (its defaulting and validation).
+    Create(scaffold::CreateArgs),
+    /// Write a scaffolded project's config/ from its code: CRDs from the
+    /// Rust types, RBAC from what the controllers declare, webhook
+    /// configurations (what `make manifests` runs).
+    Manifests(scaffold::ManifestsArgs),
 }
 
 #[derive(Args, Clone)]
@@ -210,8 +222,15 @@ fn parse_cidr(s: &str) -> Result<kubeforge_apimachinery::net::IpNet, String> {
     kubeforge_apimachinery::net::IpNet::parse(s).map_err(|e| format!("{s:?}: {e}"))
 }
 
-fn main() -> Result<()> {
+fn main() -> Result<std::process::ExitCode> {
     let cli = Cli::parse();
+    // Scaffolding only writes files: no logging set-up or async runtime.
+    let cli = match cli.command {
+        Command::Init(a) => return Ok(scaffold::init(a)),
+        Command::Create(a) => return Ok(scaffold::create(a)),
+        Command::Manifests(a) => return Ok(scaffold::manifests(a)),
+        command => Cli { command },
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("KUBEFORGE_LOG")
@@ -230,7 +249,11 @@ fn main() -> Result<()> {
         Command::Scheduler(args) => rt.block_on(scheduler::run(args)),
         Command::Webhook(args) => rt.block_on(webhook::run(args)),
         Command::Authz(args) => rt.block_on(authz::run(args)),
+        Command::Init(_) | Command::Create(_) | Command::Manifests(_) => {
+            unreachable!("handled above")
+        }
     }
+    .map(|()| std::process::ExitCode::SUCCESS)
 }
 
 async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result<()> {

@@ -1,0 +1,1 @@
+# Written by `make manifests` from src/webhooks; do not edit.

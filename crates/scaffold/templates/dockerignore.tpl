@@ -1,0 +1,3 @@
+target/
+.dev-certs/
+.git/
