@@ -64,6 +64,20 @@ pub fn crd_by_name(name: &str) -> Result<CustomResourceDefinition, CrdError> {
     Ok(crd)
 }
 
+/// The ClusterRole both operators need (`manager-role`), from what their
+/// controllers declare where they are registered
+/// ([`kubeforge_runtime::permissions`]): the `config/rbac/role.yaml` that
+/// `kubeforge up --operators` and `config/default` grant. `client` is
+/// never used (the controllers are only registered, not run).
+pub fn cluster_role(client: kube::Client) -> k8s_openapi::api::rbac::v1::ClusterRole {
+    let mgr = kubeforge_runtime::Manager::builder(client)
+        .handle_signals(false)
+        .build();
+    memcached::controller::register(&mgr, memcached::controller::Options::default());
+    crontab::controller::register(&mgr, crontab::controller::Options::default());
+    mgr.permissions().cluster_role("manager-role")
+}
+
 /// A CRD as the YAML committed under `config/crd/bases/` (a `---` document
 /// with a generated-file header).
 pub fn crd_yaml(crd: &CustomResourceDefinition) -> Result<String, CrdError> {

@@ -31,6 +31,32 @@ fn committed_crds_match_the_types() {
     );
 }
 
+/// `config/rbac/role.yaml` is what the controllers declare: regenerate
+/// with `UPDATE_CRDS=1` as for the CRDs.
+#[tokio::test]
+async fn committed_role_matches_the_controllers_declarations() {
+    let offline = kube::Config::new("http://127.0.0.1:1".parse().expect("URL"));
+    let client = kube::Client::try_from(offline).expect("client");
+    let role = kubeforge_operators::cluster_role(client);
+    let want = kubeforge_runtime::manifests::yaml_stream("the ClusterRole", &[role])
+        .expect("render the role")
+        .replacen(
+            kubeforge_runtime::manifests::HEADER,
+            "# Generated from the controllers' declarations (UPDATE_CRDS=1 cargo test -p kubeforge-operators --test crd_manifests); do not edit.",
+            1,
+        );
+    let path = bases().join("../../rbac/role.yaml");
+    if std::env::var_os("UPDATE_CRDS").is_some() {
+        std::fs::write(&path, &want).expect("write the role");
+        return;
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        have, want,
+        "config/rbac/role.yaml differs from the controllers' declarations: run UPDATE_CRDS=1 cargo test -p kubeforge-operators --test crd_manifests"
+    );
+}
+
 #[test]
 fn crds_carry_the_validation_the_issue_asks_for() {
     let text = |name: &str| {

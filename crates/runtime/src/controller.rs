@@ -452,9 +452,18 @@ impl<K: Cacheable> DepthSource for Shared<K> {
 
 /// Why a reconcile failed, as the applier sees it.
 #[derive(Debug)]
-struct Failed {
+pub(crate) struct Failed {
     message: String,
-    terminal: bool,
+    pub(crate) terminal: bool,
+}
+
+impl From<ReconcileError> for Failed {
+    fn from(e: ReconcileError) -> Failed {
+        Failed {
+            message: e.to_string(),
+            terminal: e.is_terminal(),
+        }
+    }
 }
 
 impl std::fmt::Display for Failed {
@@ -675,10 +684,7 @@ where
                     } else {
                         tracing::error!(error = %e, "reconcile failed; retrying with backoff");
                     }
-                    Err(Failed {
-                        message: e.to_string(),
-                        terminal: e.is_terminal(),
-                    })
+                    Err(Failed::from(e))
                 }
             }
         }

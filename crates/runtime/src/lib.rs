@@ -56,6 +56,7 @@ pub mod backoff;
 pub mod cache;
 pub mod conditions;
 pub mod controller;
+pub mod dynamic;
 mod error;
 pub mod events;
 pub mod finalizer;

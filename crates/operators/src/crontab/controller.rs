@@ -73,6 +73,8 @@ pub fn register(mgr: &Manager, options: Options) {
     };
     mgr.controller::<CronTab, _>("crontab", ctx)
         .owns::<Job>()
+        .writes_status()
+        .records_events()
         .max_concurrent_reconciles(options.max_concurrent_reconciles)
         .register(reconcile);
 }

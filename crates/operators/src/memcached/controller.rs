@@ -90,6 +90,9 @@ pub fn register(mgr: &Manager, options: Options) {
     mgr.controller::<Memcached, _>("memcached", ctx)
         .owns::<Deployment>()
         .watches::<Pod, _>(pod_owner)
+        .uses_finalizer()
+        .writes_status()
+        .records_events()
         .with_predicate(spec_or_deletion_changed())
         .max_concurrent_reconciles(options.max_concurrent_reconciles)
         .register(reconcile);
