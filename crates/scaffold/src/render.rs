@@ -269,56 +269,51 @@ pub(crate) fn plan(dir: &Path, p: &Project) -> Result<Plan, ScaffoldError> {
     plan.once(at("src/lib.rs"), t(include_str!("../templates/lib.rs.tpl")));
 
     // config/: yours, except what `make manifests` and this scaffold rewrite.
-    let c = |name: &str| -> String {
-        match name {
-            "manager.yaml" => t(include_str!("../templates/config/manager.yaml.tpl")),
-            "manager.kustomization" => t(include_str!(
-                "../templates/config/manager.kustomization.yaml.tpl"
-            )),
-            "rbac.kustomization" => t(include_str!(
-                "../templates/config/rbac.kustomization.yaml.tpl"
-            )),
-            "service_account" => t(include_str!("../templates/config/service_account.yaml.tpl")),
-            "role_binding" => t(include_str!("../templates/config/role_binding.yaml.tpl")),
-            "leader_binding" => t(include_str!(
-                "../templates/config/leader_election_role_binding.yaml.tpl"
-            )),
-            "role" => t(include_str!("../templates/config/role.yaml.tpl")),
-            "leader_role" => t(include_str!(
-                "../templates/config/leader_election_role.yaml.tpl"
-            )),
-            "crd.kustomization" => t(include_str!(
-                "../templates/config/crd.kustomization.yaml.tpl"
-            )),
-            "metrics_service" => t(include_str!("../templates/config/metrics_service.yaml.tpl")),
-            _ => String::new(),
-        }
-    };
-    plan.once(at("config/manager/manager.yaml"), c("manager.yaml"));
-    plan.once(
-        at("config/manager/kustomization.yaml"),
-        c("manager.kustomization"),
-    );
-    plan.once(
-        at("config/rbac/kustomization.yaml"),
-        c("rbac.kustomization"),
-    );
-    plan.once(at("config/rbac/service_account.yaml"), c("service_account"));
-    plan.once(at("config/rbac/role_binding.yaml"), c("role_binding"));
-    plan.once(
-        at("config/rbac/leader_election_role_binding.yaml"),
-        c("leader_binding"),
-    );
-    plan.once(at("config/rbac/role.yaml"), c("role"));
-    plan.once(
-        at("config/rbac/leader_election_role.yaml"),
-        c("leader_role"),
-    );
-    plan.once(at("config/crd/kustomization.yaml"), c("crd.kustomization"));
-    plan.once(
-        at("config/default/metrics_service.yaml"),
-        c("metrics_service"),
-    );
+    const CONFIG: &[(&str, &str)] = &[
+        (
+            "config/manager/manager.yaml",
+            include_str!("../templates/config/manager.yaml.tpl"),
+        ),
+        (
+            "config/manager/kustomization.yaml",
+            include_str!("../templates/config/manager.kustomization.yaml.tpl"),
+        ),
+        (
+            "config/rbac/kustomization.yaml",
+            include_str!("../templates/config/rbac.kustomization.yaml.tpl"),
+        ),
+        (
+            "config/rbac/service_account.yaml",
+            include_str!("../templates/config/service_account.yaml.tpl"),
+        ),
+        (
+            "config/rbac/role_binding.yaml",
+            include_str!("../templates/config/role_binding.yaml.tpl"),
+        ),
+        (
+            "config/rbac/leader_election_role_binding.yaml",
+            include_str!("../templates/config/leader_election_role_binding.yaml.tpl"),
+        ),
+        (
+            "config/rbac/role.yaml",
+            include_str!("../templates/config/role.yaml.tpl"),
+        ),
+        (
+            "config/rbac/leader_election_role.yaml",
+            include_str!("../templates/config/leader_election_role.yaml.tpl"),
+        ),
+        (
+            "config/crd/kustomization.yaml",
+            include_str!("../templates/config/crd.kustomization.yaml.tpl"),
+        ),
+        (
+            "config/default/metrics_service.yaml",
+            include_str!("../templates/config/metrics_service.yaml.tpl"),
+        ),
+    ];
+    for (path, template) in CONFIG {
+        plan.once(at(path), t(template));
+    }
 
     let any_webhook = p
         .resources
