@@ -45,7 +45,7 @@ pub mod workloads;
 pub use catalog::{Catalog, Resource};
 pub use clients::ControllerClients;
 pub use gc::{GarbageCollector, GcOptions};
-pub use namespace::{NamespaceController, NamespaceOptions};
+pub use namespace::NamespaceOptions;
 pub use nodesim::{NodeSimulator, RunningSimulator, SimulatorOptions};
 pub use workloads::{WorkloadController, WorkloadOptions, Workloads};
 
@@ -138,7 +138,8 @@ async fn send_bytes(
 /// The built-in controllers, running; see [`start_builtin`].
 pub struct Builtin {
     gc: GarbageCollector,
-    namespace: NamespaceController,
+    /// The manager's Namespace cache (the namespace controller's).
+    namespaces: kubeforge_runtime::Cache<k8s_openapi::api::core::v1::Namespace>,
     /// Cancels the controllers' token when dropped (by [`Builtin::stop`]
     /// or with the `Builtin`).
     stop: tokio_util::sync::DropGuard,
@@ -147,9 +148,9 @@ pub struct Builtin {
     manager: kubeforge_runtime::ShutdownHandle,
 }
 
-/// Start the garbage collector, the namespace controller and the
-/// ClusterRole aggregation controller (spawned on the current Tokio
-/// runtime) with default options, each through its client in `clients`
+/// Start the garbage collector and, on one runtime manager, the namespace,
+/// ClusterRole aggregation, ServiceAccount, token and root CA controllers
+/// (spawned on the current Tokio runtime) with default options, each through its client in `clients`
 /// (a [`Client`] for all of them, or [`ControllerClients::per_account`]).
 pub fn start_builtin(clients: impl Into<ControllerClients>) -> Builtin {
     let clients = clients.into();
@@ -157,16 +158,18 @@ pub fn start_builtin(clients: impl Into<ControllerClients>) -> Builtin {
         clients.for_account(clients::accounts::GARBAGE_COLLECTOR),
         GcOptions::default(),
     );
-    let namespace = NamespaceController::new(
-        clients.for_account(clients::accounts::NAMESPACE),
-        NamespaceOptions::default(),
-    );
     let token = CancellationToken::new();
     // One manager, its caches shared as kube-controller-manager's are,
     // each controller writing as its own account.
     let mgr = kubeforge_runtime::Manager::builder(clients.shared().clone())
         .handle_signals(false)
         .build();
+    namespace::register(
+        &mgr,
+        clients.for_account(clients::accounts::NAMESPACE),
+        NamespaceOptions::default(),
+    );
+    let namespaces = mgr.store::<k8s_openapi::api::core::v1::Namespace>();
     clusterroles::register(
         &mgr,
         clients.for_account(clients::accounts::CLUSTERROLE_AGGREGATION),
@@ -194,7 +197,6 @@ pub fn start_builtin(clients: impl Into<ControllerClients>) -> Builtin {
     let manager = mgr.shutdown_handle();
     let tasks = vec![
         tokio::spawn(gc.clone().run_until(token.clone())),
-        tokio::spawn(namespace.clone().run_until(token.clone())),
         tokio::spawn(async move {
             if let Err(e) = mgr.run().await {
                 tracing::error!(error = %e, "the built-in runtime controllers stopped");
@@ -204,7 +206,7 @@ pub fn start_builtin(clients: impl Into<ControllerClients>) -> Builtin {
     let stop = token.drop_guard();
     Builtin {
         gc,
-        namespace,
+        namespaces,
         stop,
         tasks,
         manager,
@@ -228,16 +230,12 @@ impl Builtin {
         &self.gc
     }
 
-    /// The namespace controller.
-    pub fn namespace(&self) -> &NamespaceController {
-        &self.namespace
-    }
-
     /// Resolves once the garbage collector has listed every resource and
     /// the namespace controller every namespace (their caches are synced).
     pub async fn wait_synced(&self) {
         self.gc.wait_synced().await;
-        self.namespace.wait_synced().await;
+        // Closed only when the manager stopped: nothing left to wait for.
+        let _ = self.namespaces.wait_until_ready().await;
     }
 
     /// Stop the controllers and wait for their tasks.

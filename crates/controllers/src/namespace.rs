@@ -12,33 +12,37 @@
 //! (`NamespaceContentRemaining`, `NamespaceFinalizersRemaining`, …) and is
 //! looked at again after an exponential backoff (100 ms doubling to 5 s),
 //! never in a hot loop.
+//!
+//! It is a controller of the runtime's [`Manager`], written as an
+//! extension author writes one: the manager's shared Namespace cache, its
+//! queue, per-namespace backoff (a rate-limited requeue while content
+//! remains) and metrics.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition, NamespaceStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams, Preconditions};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event, watcher};
-use tokio::task::JoinHandle;
+use kube::{Client, ResourceExt};
+use kubeforge_runtime::{Action, BackoffConfig, Manager, Predicate, ReconcileError};
 
 use crate::catalog::{Catalog, Resource};
-use crate::queue::Queue;
 use crate::{Error, is_conflict, is_not_found, send_discard, status_code};
 
 /// The finalizer token this controller owns in `spec.finalizers`.
 pub const FINALIZER_KUBERNETES: &str = "kubernetes";
 
+/// The controller's name (the `controller` label of its metrics).
+pub const NAME: &str = "namespace";
+
 /// Options of the namespace controller.
 #[derive(Clone, Debug)]
 pub struct NamespaceOptions {
     /// Namespaces processed concurrently.
-    pub workers: usize,
+    pub workers: u16,
     /// Resource types emptied concurrently within one namespace.
     pub resource_concurrency: usize,
     /// First delay before looking again at a namespace with content left.
@@ -58,22 +62,12 @@ impl Default for NamespaceOptions {
     }
 }
 
-/// The namespace controller; cheap to clone. Start it with
-/// [`NamespaceController::run`] (or [`crate::start_builtin`]).
-#[derive(Clone)]
-pub struct NamespaceController {
-    shared: Arc<Shared>,
-}
-
+/// What the reconciles share: the controller's own client (it deletes and
+/// finalizes as its own identity) and its options.
 struct Shared {
     client: Client,
     opts: NamespaceOptions,
-    queue: Queue<String>,
-    synced: tokio::sync::watch::Sender<bool>,
-    running: Mutex<bool>,
 }
-
-use kubeforge_runtime::sync::lock;
 
 /// What emptying a namespace left behind.
 #[derive(Debug, Default)]
@@ -88,115 +82,39 @@ struct Content {
     discovery: Option<String>,
 }
 
-impl NamespaceController {
-    /// A namespace controller using `client`; nothing runs until
-    /// [`NamespaceController::run`].
-    pub fn new(client: Client, opts: NamespaceOptions) -> NamespaceController {
-        let (synced, _) = tokio::sync::watch::channel(false);
-        NamespaceController {
-            shared: Arc::new(Shared {
-                client,
-                queue: Queue::new(opts.min_backoff, opts.max_backoff),
-                opts,
-                synced,
-                running: Mutex::new(false),
-            }),
-        }
-    }
-
-    /// Run until `shutdown` resolves.
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        crate::run_until_shutdown(|stop| self.run_until(stop), shutdown).await;
-    }
-
-    /// Resolves once the namespaces have been listed.
-    pub async fn wait_synced(&self) {
-        let mut rx = self.shared.synced.subscribe();
-        let _ = rx.wait_for(|s| *s).await;
-    }
-
-    pub(crate) async fn run_until(self, stop: CancellationToken) {
-        let s = self.shared.clone();
-        {
-            let mut r = lock(&s.running);
-            if *r {
-                tracing::warn!("namespace controller already running");
-                return;
-            }
-            *r = true;
-        }
-        let mut tasks: Vec<JoinHandle<()>> = Vec::new();
-        for _ in 0..s.opts.workers.max(1) {
-            tasks.push(tokio::spawn(worker(s.clone())));
-        }
-        let api: Api<Namespace> = Api::all(s.client.clone());
-        let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        // What each terminating namespace looked like, so status-only
-        // changes (our own conditions) do not queue it again.
-        let mut seen: HashMap<String, String> = HashMap::new();
-        loop {
-            let ev = tokio::select! {
-                ev = events.next() => ev,
-                () = stop.cancelled() => break,
-            };
-            let Some(ev) = ev else { break };
-            let ns = match ev {
-                Ok(Event::Apply(ns) | Event::InitApply(ns)) => ns,
-                Ok(Event::Delete(ns)) => {
-                    if let Some(n) = ns.metadata.name {
-                        seen.remove(&n);
-                    }
-                    continue;
-                }
-                Ok(Event::InitDone) => {
-                    let _ = s.synced.send_replace(true);
-                    continue;
-                }
-                Ok(Event::Init) => continue,
-                Err(e) => {
-                    tracing::debug!(error = %e, "namespace controller: watch failed");
-                    continue;
-                }
-            };
-            let Some(name) = ns.metadata.name.clone() else {
-                continue;
-            };
-            if ns.metadata.deletion_timestamp.is_none() {
-                seen.remove(&name);
-                continue;
-            }
-            let fingerprint = format!(
-                "{:?}|{:?}",
-                ns.spec.as_ref().and_then(|s| s.finalizers.as_ref()),
-                ns.metadata.finalizers
-            );
-            if seen.get(&name) != Some(&fingerprint) {
-                seen.insert(name.clone(), fingerprint);
-                s.queue.add(name);
-            }
-        }
-        s.queue.shutdown();
-        for t in tasks {
-            t.abort();
-            let _ = t.await;
-        }
-        *lock(&s.running) = false;
-    }
+/// Register the namespace controller with `mgr` (whose Namespace cache it
+/// reads), deleting and finalizing through `client`.
+pub fn register(mgr: &Manager, client: Client, opts: NamespaceOptions) {
+    let backoff = BackoffConfig {
+        base: opts.min_backoff,
+        max: opts.max_backoff,
+    };
+    let workers = opts.workers.max(1);
+    // Only terminating namespaces have work; any change to one (another
+    // controller's spec finalizer gone, metadata finalizers, its own
+    // conditions) is looked at, as kube's informer handler does. The pass
+    // after a condition write writes nothing, so this cannot loop.
+    let terminating = Predicate::new(|_, new| new.deletion_timestamp.is_some());
+    mgr.controller::<Namespace, _>(NAME, Shared { client, opts })
+        .with_predicate(terminating)
+        .max_concurrent_reconciles(workers)
+        .backoff(backoff)
+        .permits("", "namespaces", &["get", "delete"])
+        .permits("*", "*", &["get", "list", "delete", "deletecollection"])
+        .permits("", "namespaces/finalize", &["update"])
+        .writes_status()
+        .register(reconcile);
 }
 
-async fn worker(s: Arc<Shared>) {
-    while let Some(name) = s.queue.get().await {
-        match s.sync(&name).await {
-            Ok(true) => s.queue.forget(&name),
-            Ok(false) => s.queue.add_rate_limited(name.clone()),
-            Err(e) => {
-                tracing::debug!(namespace = %name, error = %e, "namespace controller: will retry");
-                s.queue.add_rate_limited(name.clone());
-            }
-        }
-        s.queue.done(&name);
+async fn reconcile(ns: Arc<Namespace>, s: Arc<Shared>) -> Result<Action, ReconcileError> {
+    if ns.metadata.deletion_timestamp.is_none() {
+        return Ok(Action::await_change());
+    }
+    match s.sync(&ns.name_any()).await {
+        Ok(true) => Ok(Action::await_change()),
+        // Content left: again after the namespace's backoff.
+        Ok(false) => Ok(Action::requeue(Duration::ZERO)),
+        Err(e) => Err(ReconcileError::new(e)),
     }
 }
 
