@@ -53,13 +53,13 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event, watcher};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 use crate::catalog::{Catalog, Resource};
 use crate::gc_graph::{Coordinates, Graph, GraphEvent, InvalidOwnerRef, Node, Queues, Uid};
 use crate::gc_object::GcObject;
-use crate::queue::Queue;
 use crate::{Error, is_conflict, is_not_found, send_discard};
+use kubeforge_runtime::{BackoffConfig, Manager, WorkQueue};
 
 /// The finalizer asking the garbage collector to orphan the dependents.
 pub const FINALIZER_ORPHAN: &str = "orphan";
@@ -98,6 +98,49 @@ impl Default for GcOptions {
     }
 }
 
+impl GcOptions {
+    fn backoff(&self) -> BackoffConfig {
+        BackoffConfig {
+            base: self.min_backoff,
+            max: self.max_backoff,
+        }
+    }
+}
+
+/// The name the collector runs under on a [`Manager`].
+pub const NAME: &str = "garbage-collector";
+/// kube's name of the queue of objects to judge (its `workqueue_*` metrics'
+/// `name`).
+pub const DELETE_QUEUE: &str = "garbage_collector_attempt_to_delete";
+/// kube's name of the queue of owners whose dependents are orphaned.
+pub const ORPHAN_QUEUE: &str = "garbage_collector_attempt_to_orphan";
+
+/// Run a garbage collector on `mgr` (started with its controllers, stopped
+/// with them), writing through `client`, its queues' metrics served under
+/// kube's queue names [`DELETE_QUEUE`] and [`ORPHAN_QUEUE`]. It declares
+/// kube's `system:controller:generic-garbage-collector` rules on the
+/// manager (see [`Manager::permissions`]). The handle reads its state.
+pub fn register(mgr: &Manager, client: Client, opts: GcOptions) -> GarbageCollector {
+    let backoff = opts.backoff();
+    let gc = GarbageCollector::with_queues(
+        client,
+        opts,
+        mgr.work_queue(DELETE_QUEUE, backoff),
+        mgr.work_queue(ORPHAN_QUEUE, backoff),
+    );
+    mgr.permits(
+        "*",
+        "*",
+        &["get", "list", "watch", "patch", "update", "delete"],
+    );
+    // Events about invalid owner references.
+    mgr.permits("", "events", &["create", "patch", "update"]);
+    mgr.permits("events.k8s.io", "events", &["create", "patch", "update"]);
+    let runner = gc.clone();
+    mgr.add_runnable(NAME, move |stop| runner.run_until(stop));
+    gc
+}
+
 /// Counters for tests and benchmarks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GcStats {
@@ -131,8 +174,8 @@ struct Shared {
     opts: GcOptions,
     graph: Mutex<Graph>,
     catalog: RwLock<Arc<Catalog>>,
-    delete_q: Queue<Uid>,
-    orphan_q: Queue<Uid>,
+    delete_q: WorkQueue<Uid>,
+    orphan_q: WorkQueue<Uid>,
     events: mpsc::UnboundedSender<GraphEvent>,
     events_rx: Mutex<Option<mpsc::UnboundedReceiver<GraphEvent>>>,
     invalid: mpsc::UnboundedSender<InvalidOwnerRef>,
@@ -144,9 +187,25 @@ struct Shared {
 }
 
 impl GarbageCollector {
-    /// A garbage collector using `client`; nothing runs until
-    /// [`GarbageCollector::run`].
+    /// A garbage collector using `client`, with unmetered queues; nothing
+    /// runs until [`GarbageCollector::run`]. On a [`Manager`], use
+    /// [`register`] instead.
     pub fn new(client: Client, opts: GcOptions) -> GarbageCollector {
+        let backoff = opts.backoff();
+        Self::with_queues(
+            client,
+            opts,
+            WorkQueue::new(backoff),
+            WorkQueue::new(backoff),
+        )
+    }
+
+    fn with_queues(
+        client: Client,
+        opts: GcOptions,
+        delete_q: WorkQueue<Uid>,
+        orphan_q: WorkQueue<Uid>,
+    ) -> GarbageCollector {
         let (tx, rx) = mpsc::unbounded_channel();
         let (invalid, invalid_rx) = mpsc::unbounded_channel();
         let (synced, _) = tokio::sync::watch::channel(false);
@@ -155,8 +214,8 @@ impl GarbageCollector {
                 client,
                 graph: Mutex::new(Graph::default()),
                 catalog: RwLock::new(Arc::new(Catalog::default())),
-                delete_q: Queue::new(opts.min_backoff, opts.max_backoff),
-                orphan_q: Queue::new(opts.min_backoff, opts.max_backoff),
+                delete_q,
+                orphan_q,
                 events: tx,
                 events_rx: Mutex::new(Some(rx)),
                 invalid,
@@ -208,19 +267,18 @@ impl GarbageCollector {
             tracing::warn!("garbage collector already running");
             return;
         };
-        let mut tasks: Vec<JoinHandle<()>> = Vec::new();
-        tasks.push(tokio::spawn(build_graph(s.clone(), rx)));
+        // Owned here: dropped (a lost lease aborts this future), they
+        // are aborted with it.
+        let mut tasks = JoinSet::new();
+        tasks.spawn(build_graph(s.clone(), rx));
         if let Some(invalid) = lock(&s.invalid_rx).take() {
-            tasks.push(tokio::spawn(report_invalid_owner_refs(
-                s.client.clone(),
-                invalid,
-            )));
+            tasks.spawn(report_invalid_owner_refs(s.client.clone(), invalid));
         }
         for _ in 0..s.opts.workers.max(1) {
-            tasks.push(tokio::spawn(delete_worker(s.clone())));
+            tasks.spawn(delete_worker(s.clone()));
         }
         for _ in 0..s.opts.orphan_workers.max(1) {
-            tasks.push(tokio::spawn(orphan_worker(s.clone())));
+            tasks.spawn(orphan_worker(s.clone()));
         }
         let mut monitors: HashMap<String, Monitor> = HashMap::new();
 
@@ -304,10 +362,16 @@ impl GarbageCollector {
 
 use kubeforge_runtime::sync::lock;
 
-/// One watched resource.
+/// One watched resource; its watch stops when it is dropped.
 struct Monitor {
     res: Arc<Resource>,
     task: JoinHandle<()>,
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl Shared {
@@ -332,16 +396,12 @@ impl Shared {
         c.1 += patched;
     }
 
-    async fn shutdown(&self, tasks: Vec<JoinHandle<()>>, monitors: HashMap<String, Monitor>) {
-        for m in monitors.into_values() {
-            m.task.abort();
-        }
+    async fn shutdown(&self, mut tasks: JoinSet<()>, monitors: HashMap<String, Monitor>) {
+        drop(monitors);
         self.delete_q.shutdown();
         self.orphan_q.shutdown();
-        for t in tasks {
-            t.abort();
-            let _ = t.await;
-        }
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
     }
 
     async fn rediscover(self: &Arc<Self>, monitors: &mut HashMap<String, Monitor>) {
@@ -376,14 +436,11 @@ impl Shared {
             let keep = wanted
                 .get(key)
                 .is_some_and(|r| r.ar.version == m.res.ar.version);
-            if !keep {
-                m.task.abort();
-                if !wanted.contains_key(key) {
-                    tracing::debug!(resource = %key, "garbage collector: resource gone");
-                    let _ = self
-                        .events
-                        .send(GraphEvent::ResourceGone(key.as_str().into()));
-                }
+            if !keep && !wanted.contains_key(key) {
+                tracing::debug!(resource = %key, "garbage collector: resource gone");
+                let _ = self
+                    .events
+                    .send(GraphEvent::ResourceGone(key.as_str().into()));
             }
             keep
         });

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use crate::catalog::{Resource, split_api_version};
 use crate::gc::{FINALIZER_FOREGROUND, FINALIZER_ORPHAN};
-use crate::queue::Queue;
+use kubeforge_runtime::WorkQueue;
 
 pub(crate) type Uid = Arc<str>;
 
@@ -220,8 +220,8 @@ impl Default for Graph {
 
 /// The queues the graph builder feeds.
 pub(crate) struct Queues<'a> {
-    pub(crate) delete: &'a Queue<Uid>,
-    pub(crate) orphan: &'a Queue<Uid>,
+    pub(crate) delete: &'a WorkQueue<Uid>,
+    pub(crate) orphan: &'a WorkQueue<Uid>,
     pub(crate) invalid: &'a mpsc::UnboundedSender<InvalidOwnerRef>,
 }
 

@@ -36,7 +36,6 @@ mod gc_graph;
 mod gc_object;
 pub mod namespace;
 pub mod nodesim;
-mod queue;
 pub mod rootca;
 pub mod serviceaccounts;
 pub mod tokens;
@@ -140,30 +139,32 @@ pub struct Builtin {
     gc: GarbageCollector,
     /// The manager's Namespace cache (the namespace controller's).
     namespaces: kubeforge_runtime::Cache<k8s_openapi::api::core::v1::Namespace>,
-    /// Cancels the controllers' token when dropped (by [`Builtin::stop`]
-    /// or with the `Builtin`).
+    /// Shuts the manager down when dropped (by [`Builtin::stop`] or with
+    /// the `Builtin`).
     stop: tokio_util::sync::DropGuard,
-    tasks: Vec<JoinHandle<()>>,
-    /// The runtime's manager running ClusterRole aggregation.
-    manager: kubeforge_runtime::ShutdownHandle,
+    /// The manager's metrics.
+    metrics: std::sync::Arc<kubeforge_runtime::metrics::Metrics>,
+    /// The manager's task.
+    task: JoinHandle<()>,
 }
 
-/// Start the garbage collector and, on one runtime manager, the namespace,
-/// ClusterRole aggregation, ServiceAccount, token and root CA controllers
-/// (spawned on the current Tokio runtime) with default options, each through its client in `clients`
-/// (a [`Client`] for all of them, or [`ControllerClients::per_account`]).
+/// Start, on one runtime manager (spawned on the current Tokio runtime),
+/// the garbage collector and the namespace, ClusterRole aggregation,
+/// ServiceAccount, token and root CA controllers with default options,
+/// each through its client in `clients` (a [`Client`] for all of them, or
+/// [`ControllerClients::per_account`]).
 pub fn start_builtin(clients: impl Into<ControllerClients>) -> Builtin {
     let clients = clients.into();
-    let gc = GarbageCollector::new(
-        clients.for_account(clients::accounts::GARBAGE_COLLECTOR),
-        GcOptions::default(),
-    );
-    let token = CancellationToken::new();
     // One manager, its caches shared as kube-controller-manager's are,
     // each controller writing as its own account.
     let mgr = kubeforge_runtime::Manager::builder(clients.shared().clone())
         .handle_signals(false)
         .build();
+    let gc = gc::register(
+        &mgr,
+        clients.for_account(clients::accounts::GARBAGE_COLLECTOR),
+        GcOptions::default(),
+    );
     namespace::register(
         &mgr,
         clients.for_account(clients::accounts::NAMESPACE),
@@ -194,22 +195,30 @@ pub fn start_builtin(clients: impl Into<ControllerClients>) -> Builtin {
             clients.root_ca().map(str::to_string),
         );
     }
-    let manager = mgr.shutdown_handle();
-    let tasks = vec![
-        tokio::spawn(gc.clone().run_until(token.clone())),
-        tokio::spawn(async move {
-            if let Err(e) = mgr.run().await {
-                tracing::error!(error = %e, "the built-in runtime controllers stopped");
+    let handle = mgr.shutdown_handle();
+    let metrics = mgr.metrics();
+    let token = CancellationToken::new();
+    let stopped = token.clone();
+    let task = tokio::spawn(async move {
+        let run = mgr.run();
+        tokio::pin!(run);
+        let result = tokio::select! {
+            r = &mut run => r,
+            () = stopped.cancelled() => {
+                handle.shutdown();
+                run.await
             }
-        }),
-    ];
-    let stop = token.drop_guard();
+        };
+        if let Err(e) = result {
+            tracing::error!(error = %e, "the built-in controllers stopped");
+        }
+    });
     Builtin {
         gc,
         namespaces,
-        stop,
-        tasks,
-        manager,
+        stop: token.drop_guard(),
+        metrics,
+        task,
     }
 }
 
@@ -238,18 +247,17 @@ impl Builtin {
         let _ = self.namespaces.wait_until_ready().await;
     }
 
-    /// Stop the controllers and wait for their tasks.
+    /// The controllers' metrics (controller-runtime's and client-go's
+    /// `workqueue_*` names, the garbage collector's queues included), as
+    /// kube-controller-manager serves them on its `/metrics`.
+    pub fn metrics(&self) -> std::sync::Arc<kubeforge_runtime::metrics::Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Stop the controllers and wait until they have.
     pub async fn stop(self) {
-        let Builtin {
-            stop,
-            tasks,
-            manager,
-            ..
-        } = self;
-        manager.shutdown();
+        let Builtin { stop, task, .. } = self;
         drop(stop);
-        for t in tasks {
-            let _ = t.await;
-        }
+        let _ = task.await;
     }
 }

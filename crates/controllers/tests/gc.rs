@@ -641,6 +641,27 @@ async fn cross_namespace_reference_dependent_seen_first_or_owner_first() {
     // The owner seen first, the dependent created afterwards.
     configmap(&c, "b", "stray", vec![r]).await;
     cross_namespace_reference_is_collected(&c, &controllers, &uid(&owner), false).await;
+    // The collector's queues are the manager's, metered under kube's names.
+    let text = controllers.metrics().encode();
+    for queue in [
+        "garbage_collector_attempt_to_delete",
+        "garbage_collector_attempt_to_orphan",
+    ] {
+        assert!(
+            text.contains(&format!(
+                "workqueue_depth{{name=\"{queue}\",controller=\"{queue}\"}}"
+            )),
+            "{text}"
+        );
+    }
+    let adds = text
+        .lines()
+        .find(|l| {
+            l.starts_with("workqueue_adds_total{name=\"garbage_collector_attempt_to_delete\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .expect("attempt-to-delete adds");
+    assert!(adds >= 2.0, "{text}");
     controllers.stop().await;
 }
 

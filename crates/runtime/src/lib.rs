@@ -41,7 +41,8 @@
 //!
 //! Modules: [`controller`] (builder, queue, backoff), [`cache`], [`predicates`],
 //! [`leader`] (Lease election), [`metrics`] (names and labels),
-//! [`conditions`], [`events`], [`owner`].
+//! [`conditions`], [`events`], [`owner`], [`workqueue`] (a queue for work that
+//! is not one kind's objects).
 //!
 //! Differences from kube-runtime's `Controller` worth knowing: reconcilers
 //! return this crate's [`Action`] (same constructors, but readable) and
@@ -71,6 +72,7 @@ pub mod predicates;
 mod shutdown;
 pub mod sync;
 pub mod webhook;
+pub mod workqueue;
 
 pub use action::Action;
 pub use backoff::BackoffConfig;
@@ -85,3 +87,4 @@ pub use manager::{Manager, ManagerBuilder};
 pub use permissions::Permissions;
 pub use predicates::Predicate;
 pub use shutdown::ShutdownHandle;
+pub use workqueue::WorkQueue;

@@ -14,6 +14,7 @@ use kube::core::PartialObjectMeta;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use crate::BackoffConfig;
 use crate::admin::{self, AdminState};
 use crate::controller::{ControllerBuilder, StartFn};
 use crate::error::Error;
@@ -24,6 +25,8 @@ use crate::permissions::Permissions;
 use crate::shutdown::ShutdownHandle;
 use crate::sync::lock;
 use crate::webhook::WebhookServer;
+use crate::workqueue::WorkQueue;
+use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -246,6 +249,31 @@ impl Manager {
         ctx: C,
     ) -> ControllerBuilder<'_, K, C> {
         ControllerBuilder::new(self, name, ctx)
+    }
+
+    /// Run `run` beside the controllers, as controller-runtime's `mgr.Add`
+    /// runs a `Runnable`: for work that is not one kind's reconciler (the
+    /// garbage collector, say). It starts with the controllers (once
+    /// leading, with leader election) and is handed a token cancelled on
+    /// shutdown; it must end soon after, and gets the same grace period.
+    /// When the lease is lost it is dropped at once, so it should own its
+    /// tasks (a `JoinSet`, or handles aborted on drop). Ending before it
+    /// is told to stops the manager with [`Error::ControllerStopped`].
+    pub fn add_runnable<F, Fut>(&self, name: &str, run: F)
+    where
+        F: FnOnce(CancellationToken) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.add_controller(name.to_string(), Box::new(move |stop| run(stop).boxed()));
+    }
+
+    /// A [`WorkQueue`] whose `workqueue_*` metrics are served under
+    /// `name`, for a [runnable](Self::add_runnable)'s own work.
+    pub fn work_queue<T>(&self, name: &str, backoff: BackoffConfig) -> WorkQueue<T>
+    where
+        T: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
+    {
+        WorkQueue::with_metrics(name, backoff, self.metrics.clone())
     }
 
     /// The shared cache of kind `K`: the same one the controllers use (one

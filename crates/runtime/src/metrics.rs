@@ -255,6 +255,14 @@ impl Metrics {
             .get_or_create(&c)
             .set(i64::from(max_concurrent));
         self.active_workers.get_or_create(&c).set(0);
+        self.init_queue(name, depth);
+    }
+
+    /// Declare a work queue named `name` (a controller's, or a
+    /// [`WorkQueue`](crate::workqueue::WorkQueue) of its own): its
+    /// `workqueue_*` families start at zero and `workqueue_depth` reads
+    /// `depth` on each scrape.
+    pub(crate) fn init_queue(&self, name: &str, depth: Arc<dyn DepthSource>) {
         let q = QueueLabels {
             name: name.to_string(),
             controller: name.to_string(),

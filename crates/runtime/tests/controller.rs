@@ -1306,3 +1306,78 @@ async fn caches_scoped_to_a_namespace_and_a_selector() {
     stop.shutdown();
     assert!(matches!(run.await, Ok(Ok(()))));
 }
+
+/// A runnable beside the controllers: it starts with the manager, its
+/// metered queue shows under its name on /metrics, it is told to stop on
+/// shutdown and the manager returns cleanly; one that ends unasked stops
+/// the manager with `ControllerStopped`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runnables_start_with_the_manager_and_stop_on_shutdown() {
+    let server = ApiServer::in_memory().await;
+    let (listener, addr) = admin_listener();
+    let mgr = Manager::builder(server.client())
+        .metrics_listener(listener)
+        .handle_signals(false)
+        .build();
+    let queue = mgr.work_queue::<String>("sweeps", BackoffConfig::default());
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (told_tx, told_rx) = tokio::sync::oneshot::channel();
+    let q = queue.clone();
+    mgr.add_runnable("sweeper", move |stop| async move {
+        loop {
+            tokio::select! {
+                item = q.get() => {
+                    let Some(item) = item else { break };
+                    q.done(&item);
+                    let _ = done_tx.send(item);
+                }
+                () = stop.cancelled() => break,
+            }
+        }
+        q.shutdown();
+        let _ = told_tx.send(());
+    });
+    let handle = mgr.shutdown_handle();
+    let run = tokio::spawn(mgr.run());
+    queue.add("a".to_string());
+    queue.add("b".to_string());
+    let mut seen = vec![
+        done_rx.recv().await.expect("first item"),
+        done_rx.recv().await.expect("second item"),
+    ];
+    seen.sort();
+    assert_eq!(seen, ["a", "b"]);
+    let (code, text) = http_get(addr, "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        text.contains("workqueue_adds_total{name=\"sweeps\",controller=\"sweeps\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "workqueue_work_duration_seconds_count{name=\"sweeps\",controller=\"sweeps\"} 2"
+        ),
+        "{text}"
+    );
+    handle.shutdown();
+    let r = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("manager stops")
+        .expect("manager task");
+    assert!(r.is_ok(), "{r:?}");
+    told_rx.await.expect("the runnable was told to stop");
+
+    let mgr = Manager::builder(server.client())
+        .handle_signals(false)
+        .build();
+    mgr.add_runnable("quitter", |_stop| async {});
+    let r = tokio::time::timeout(Duration::from_secs(30), mgr.run())
+        .await
+        .expect("manager stops");
+    match r {
+        Err(kubeforge_runtime::Error::ControllerStopped { name, .. }) => {
+            assert_eq!(name, "quitter")
+        }
+        other => panic!("expected ControllerStopped, got {other:?}"),
+    }
+}
