@@ -196,6 +196,26 @@ impl ApiError {
         .with_target(gr, name)
     }
 
+    /// 403 for a create in namespace `ns` while it is being deleted, as
+    /// kube's NamespaceLifecycle admission answers: cause
+    /// `NamespaceTerminating` on `metadata.namespace`, which clients test
+    /// for (client-go's `HasStatusCause`) to drop the work.
+    pub fn namespace_terminating(gr: GroupResource<'_>, name: &str, ns: &str) -> Self {
+        let mut e = Self::forbidden(
+            gr,
+            name,
+            &format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            ),
+        );
+        e.details.causes.push(Cause {
+            reason: "NamespaceTerminating".into(),
+            message: format!("namespace {ns} is being terminated"),
+            field: "metadata.namespace".into(),
+        });
+        e
+    }
+
     /// 401 Unauthorized, kube's body exactly: no detail about why.
     pub fn unauthorized() -> Self {
         Self::new(401, "Unauthorized", "Unauthorized")

@@ -637,13 +637,7 @@ pub(crate) fn check_namespace(ctx: &Ctx<'_>, name: &str) -> ApiResult<()> {
     if ns_obj.metadata.deletion_timestamp.is_some()
         || ns_obj.status.phase.as_deref() == Some("Terminating")
     {
-        return Err(ApiError::forbidden(
-            ctx.def.gr(),
-            name,
-            &format!(
-                "unable to create new content in namespace {ns} because it is being terminated"
-            ),
-        ));
+        return Err(ApiError::namespace_terminating(ctx.def.gr(), name, ns));
     }
     Ok(())
 }

@@ -772,3 +772,67 @@ async fn selector_not_matching_template_is_422() {
     );
     env.stop().await;
 }
+
+/// As kube's ReplicaSet controller: a create refused because the namespace
+/// is being deleted is no failure (no `ReplicaFailure`, no retries), since
+/// every create there fails until the namespace is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminating_namespace_is_no_replica_failure() {
+    let server = kubeforge_apiserver::ApiServer::in_memory().await;
+    // Namespaces wait for a namespace controller that is not running: the
+    // namespace stays Terminating with its ReplicaSet in it.
+    server.set_controllers_running(true);
+    let client = server.client();
+    let workloads = kubeforge_controllers::workloads::start(client.clone(), Default::default())
+        .await
+        .expect("workload controllers start");
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &obj(json!({"metadata": {"name": "ending"}})),
+    )
+    .await
+    .expect("create namespace");
+    let api: Api<ReplicaSet> = Api::namespaced(client.clone(), "ending");
+    let rs: ReplicaSet = obj(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}
+    }));
+    api.create(&PostParams::default(), &rs)
+        .await
+        .expect("create replicaset");
+    nss.delete("ending", &DeleteParams::default())
+        .await
+        .expect("delete namespace");
+    api.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 2}})),
+    )
+    .await
+    .expect("scale up");
+    let synced = kubeforge_testenv::eventually_some("the scale-up is observed", T, || async {
+        let rs = api.get("web").await.expect("get");
+        rs.status
+            .as_ref()
+            .is_some_and(|s| s.observed_generation == rs.metadata.generation)
+            .then_some(rs)
+    })
+    .await;
+    let conditions = synced.status.and_then(|s| s.conditions).unwrap_or_default();
+    assert!(
+        conditions.iter().all(|c| c.type_ != "ReplicaFailure"),
+        "{conditions:?}"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "ending");
+    assert!(
+        pods.list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+    workloads.stop().await;
+}

@@ -91,8 +91,13 @@ async fn namespace_waits_for_finalizers_then_goes() {
         .create(&PostParams::default(), &cm)
         .await
         .expect_err("create in a terminating namespace");
+    // kube's NamespaceLifecycle answer: the cause clients test for.
     assert!(
-        matches!(&err, kube::Error::Api(s) if s.code == 403),
+        matches!(&err, kube::Error::Api(s) if s.code == 403
+            && s.message == "configmaps \"late\" is forbidden: unable to create new content in namespace demo because it is being terminated"
+            && s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"
+                && c.field == "metadata.namespace"
+                && c.message == "namespace demo is being terminated"))),
         "{err:?}"
     );
 

@@ -348,6 +348,9 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<super::Shared>) -> Result<Action
             for r in results {
                 match r {
                     Ok(p) => ctx.expectations.expect_add(&key, key_of(&p.metadata)),
+                    // As kube's daemon controller: every create in a
+                    // namespace being deleted fails; nothing to retry.
+                    Err(e) if crate::is_namespace_terminating(&e) => {}
                     Err(e) => failure = failure.or(Some(e)),
                 }
             }

@@ -420,6 +420,9 @@ async fn create_pods(
     for r in results {
         match r {
             Ok(p) => ctx.expectations.expect_add(key, key_of(&p.metadata)),
+            // As kube's job controller: the namespace is being deleted, so
+            // every create fails; nothing to retry.
+            Err(e) if crate::is_namespace_terminating(&e) => {}
             Err(e) => first = first.or(Some(e)),
         }
     }

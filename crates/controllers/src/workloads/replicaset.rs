@@ -415,9 +415,13 @@ async fn manage(
             }))
             .await;
             let mut first_err = None;
+            let mut terminating = false;
             for r in results {
                 match r {
                     Ok(p) => ctx.expectations.expect_add(key, key_of(&p.metadata)),
+                    // As kube's slowStartBatch: every create in a namespace
+                    // being deleted fails, and that is no error to retry.
+                    Err(e) if crate::is_namespace_terminating(&e) => terminating = true,
                     Err(e) => {
                         if first_err.is_none() {
                             first_err = Some(e);
@@ -427,6 +431,9 @@ async fn manage(
             }
             if let Some(e) = first_err {
                 return Err(e);
+            }
+            if terminating {
+                break;
             }
             left -= n;
             batch *= 2;
