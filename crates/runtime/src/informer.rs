@@ -52,7 +52,7 @@ pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-co
 /// compact cache keeps objects in their serde JSON form, so that form must
 /// round-trip (it does for k8s-openapi and kube-derive types).
 pub trait Cacheable:
-    Resource<DynamicType = (), Scope: 'static>
+    Resource<DynamicType = (), Scope: CacheScope>
     + Clone
     + Serialize
     + DeserializeOwned
@@ -64,7 +64,7 @@ pub trait Cacheable:
 }
 
 impl<K> Cacheable for K where
-    K: Resource<DynamicType = (), Scope: 'static>
+    K: Resource<DynamicType = (), Scope: CacheScope>
         + Clone
         + Serialize
         + DeserializeOwned
@@ -73,6 +73,41 @@ impl<K> Cacheable for K where
         + Sync
         + 'static
 {
+}
+
+/// A kind's scope as a cache sees it: whether a namespace can narrow its
+/// list and watch. Implemented for k8s-openapi's namespaced and
+/// cluster-scoped markers, which every typed kind (kube-derive's included)
+/// carries.
+pub trait CacheScope: 'static + Sized {
+    /// The API listing and watching the `K`s of namespace `ns` (every
+    /// namespace when `None`); a cluster-scoped kind has no namespace, and
+    /// `ns` is ignored.
+    fn watch_api<K: Resource<Scope = Self, DynamicType = ()>>(
+        client: Client,
+        ns: Option<&str>,
+    ) -> Api<K>;
+}
+
+impl CacheScope for k8s_openapi::NamespaceResourceScope {
+    fn watch_api<K: Resource<Scope = Self, DynamicType = ()>>(
+        client: Client,
+        ns: Option<&str>,
+    ) -> Api<K> {
+        match ns {
+            Some(ns) => Api::namespaced(client, ns),
+            None => Api::all(client),
+        }
+    }
+}
+
+impl CacheScope for k8s_openapi::ClusterResourceScope {
+    fn watch_api<K: Resource<Scope = Self, DynamicType = ()>>(
+        client: Client,
+        _ns: Option<&str>,
+    ) -> Api<K> {
+        Api::all(client)
+    }
 }
 
 /// One change seen by an informer.
@@ -213,17 +248,19 @@ pub(crate) struct WatchScope<K> {
     pub config: watcher::Config,
 }
 
-impl<K: Cacheable> Default for WatchScope<K> {
-    fn default() -> Self {
+impl<K: Cacheable> WatchScope<K> {
+    /// Every `K` in namespace `ns` (every namespace when `None`; a
+    /// cluster-scoped kind's every object).
+    fn in_namespace(ns: Option<String>) -> Self {
         WatchScope {
-            api: Arc::new(Api::all),
+            api: Arc::new(move |client| K::Scope::watch_api::<K>(client, ns.as_deref())),
             config: watcher::Config::default(),
         }
     }
 }
 
 impl<K: Cacheable> Informer<K> {
-    fn new(compact: bool) -> Informer<K> {
+    fn new(compact: bool, namespace: Option<String>) -> Informer<K> {
         let writer = Writer::<Handle<K>>::default();
         let kind = format!(
             "{}.{}{}",
@@ -244,7 +281,7 @@ impl<K: Cacheable> Informer<K> {
             }),
             synced: AtomicBool::new(false),
             kind,
-            scope: Mutex::new(WatchScope::default()),
+            scope: Mutex::new(WatchScope::in_namespace(namespace)),
         }
     }
 
@@ -474,14 +511,19 @@ type Entry = (
 pub(crate) struct Informers {
     by_type: Mutex<Vec<Entry>>,
     compact: bool,
+    /// Where namespaced kinds are watched unless scoped otherwise (every
+    /// namespace when `None`).
+    namespace: Option<String>,
 }
 
 impl Informers {
-    /// No informers yet; their caches will be compact if `compact`.
-    pub(crate) fn new(compact: bool) -> Informers {
+    /// No informers yet; their caches will be compact if `compact`, and
+    /// those of namespaced kinds hold only `namespace` if given.
+    pub(crate) fn new(compact: bool, namespace: Option<String>) -> Informers {
         Informers {
             by_type: Mutex::new(Vec::new()),
             compact,
+            namespace,
         }
     }
 
@@ -496,7 +538,7 @@ impl Informers {
                 return inf;
             }
         }
-        let inf = Arc::new(Informer::<K>::new(self.compact));
+        let inf = Arc::new(Informer::<K>::new(self.compact, self.namespace.clone()));
         all.push((id, inf.clone(), inf.clone()));
         inf
     }

@@ -44,12 +44,24 @@ pub struct ManagerBuilder {
     registry: Registry,
     webhooks: Option<WebhookServer>,
     scopes: Vec<ScopeFn>,
+    namespace: Option<String>,
 }
 
 /// A cache scope set on the builder, applied to the informers at build.
 type ScopeFn = Box<dyn FnOnce(&Informers) + Send>;
 
 impl ManagerBuilder {
+    /// Cache — and so reconcile, own and watch — only what is in namespace
+    /// `ns`, for every namespaced kind (controller-runtime's cache
+    /// `DefaultNamespaces`): an operator whose Roles cover one namespace
+    /// runs without naming each kind. Cluster-scoped kinds are cached whole;
+    /// [`namespace_for`](Self::namespace_for) and
+    /// [`selector_for`](Self::selector_for) still narrow a kind further.
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.namespace = Some(ns.to_string());
+        self
+    }
+
     /// Cache — and so reconcile, own and watch — only the `K`s in namespace
     /// `ns` (controller-runtime's cache `ByObject` namespaces). The list and
     /// watch go to the namespace's own URL, so RBAC in that namespace is
@@ -164,7 +176,7 @@ impl ManagerBuilder {
 
     /// The manager.
     pub fn build(self) -> Manager {
-        let informers = Informers::new(self.compact);
+        let informers = Informers::new(self.compact, self.namespace);
         for scope in self.scopes {
             scope(&informers);
         }
@@ -233,6 +245,7 @@ impl Manager {
             registry: Registry::default(),
             webhooks: None,
             scopes: Vec::new(),
+            namespace: None,
         }
     }
 

@@ -1219,14 +1219,30 @@ async fn the_manager_runs_its_webhook_server() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// An operator whose RBAC covers one namespace runs when its caches are
-/// scoped to it (the list and watch go to the namespace's URL), and a
-/// label selector keeps the rest out of the cache and the queue.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn caches_scoped_to_a_namespace_and_a_selector() {
+/// Wait until `name` is among the reconciled names in `seen`, then check
+/// nothing else was reconciled.
+async fn only_reconciled(seen: &Mutex<Vec<String>>, name: &str) {
+    eventually(
+        &format!("{name} reconciled"),
+        Duration::from_secs(10),
+        || {
+            let got = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            async move { got.iter().any(|n| n == name) }
+        },
+    )
+    .await;
+    let got = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert!(
+        got.iter().all(|n| n == name),
+        "only {name} is reconciled: {got:?}"
+    );
+}
+
+/// With RBAC on: namespace `team`, and a client for user `op` holding
+/// `rules` there by a Role (and nothing anywhere else).
+async fn operator_of_team(server: &ApiServer, rules: serde_json::Value) -> Client {
     use k8s_openapi::api::core::v1::Namespace;
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-    let server = ApiServer::in_memory().await;
     server.enable_rbac(true).await.expect("rbac");
     let admin = server.client();
     let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "team"}}))
@@ -1236,9 +1252,7 @@ async fn caches_scoped_to_a_namespace_and_a_selector() {
         .await
         .expect("create namespace");
     let role: Role = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "op", "namespace": "team"},
-        "rules": [{"apiGroups": [""], "resources": ["configmaps"],
-                   "verbs": ["get", "list", "watch", "patch"]}]}))
+        "metadata": {"name": "op", "namespace": "team"}, "rules": rules}))
     .expect("role");
     Api::<Role>::namespaced(admin.clone(), "team")
         .create(&PostParams::default(), &role)
@@ -1253,10 +1267,25 @@ async fn caches_scoped_to_a_namespace_and_a_selector() {
         .create(&PostParams::default(), &binding)
         .await
         .expect("create binding");
-    let op = server.client_as(kubeforge_apiserver::UserInfo::new(
+    server.client_as(kubeforge_apiserver::UserInfo::new(
         "op",
         ["system:authenticated"],
-    ));
+    ))
+}
+
+/// An operator whose RBAC covers one namespace runs when its caches are
+/// scoped to it (the list and watch go to the namespace's URL), and a
+/// label selector keeps the rest out of the cache and the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caches_scoped_to_a_namespace_and_a_selector() {
+    let server = ApiServer::in_memory().await;
+    let admin = server.client();
+    let op = operator_of_team(
+        &server,
+        serde_json::json!([{"apiGroups": [""], "resources": ["configmaps"],
+                   "verbs": ["get", "list", "watch", "patch"]}]),
+    )
+    .await;
     let mgr = Manager::builder(op.clone())
         .handle_signals(false)
         .namespace_for::<ConfigMap>("team")
@@ -1293,16 +1322,7 @@ async fn caches_scoped_to_a_namespace_and_a_selector() {
             .await
             .expect("create");
     }
-    eventually("web-config reconciled", Duration::from_secs(10), || {
-        let got = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        async move { got.iter().any(|n| n == "web-config") }
-    })
-    .await;
-    let got = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    assert!(
-        got.iter().all(|n| n == "web-config"),
-        "only the selected ConfigMap in team is reconciled: {got:?}"
-    );
+    only_reconciled(&seen, "web-config").await;
     stop.shutdown();
     assert!(matches!(run.await, Ok(Ok(()))));
 }
@@ -1380,4 +1400,98 @@ async fn runnables_start_with_the_manager_and_stop_on_shutdown() {
         }
         other => panic!("expected ControllerStopped, got {other:?}"),
     }
+}
+
+/// `ManagerBuilder::namespace`: every namespaced kind's cache (the
+/// primary's and the owned one's) lists and watches one namespace, so an
+/// operator whose Role covers only that namespace runs and reconciles only
+/// there; cluster-scoped kinds stay whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_namespace_scopes_every_namespaced_cache() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let server = ApiServer::in_memory().await;
+    let admin = server.client();
+    let op = operator_of_team(
+        &server,
+        serde_json::json!([{"apiGroups": [""], "resources": ["configmaps", "secrets"],
+                   "verbs": ["get", "list", "watch"]}]),
+    )
+    .await;
+    // Namespaces are cluster-scoped: the operator reads them cluster-wide.
+    let read_ns: ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "op-namespaces"},
+        "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}]}))
+    .expect("clusterrole");
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &read_ns)
+        .await
+        .expect("create clusterrole");
+    let bind_ns: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "op-namespaces"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "op-namespaces"},
+        "subjects": [{"kind": "User", "name": "op"}]}))
+    .expect("clusterrolebinding");
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &bind_ns)
+        .await
+        .expect("create clusterrolebinding");
+    let mgr = Manager::builder(op.clone())
+        .handle_signals(false)
+        .namespace("team")
+        .build();
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let s = seen.clone();
+    mgr.controller::<ConfigMap, _>("team-only", ())
+        .owns::<Secret>()
+        .register(move |cm: Arc<ConfigMap>, _| {
+            let s = s.clone();
+            async move {
+                s.lock().unwrap_or_else(|p| p.into_inner()).push(format!(
+                    "{}/{}",
+                    cm.metadata.namespace.clone().unwrap_or_default(),
+                    cm.metadata.name.clone().unwrap_or_default()
+                ));
+                Ok(Action::await_change())
+            }
+        });
+    let namespaces = mgr.store::<Namespace>();
+    let secrets = mgr.store::<Secret>();
+    let stop = mgr.shutdown_handle();
+    let run = tokio::spawn(mgr.run());
+    for ns in ["default", "team"] {
+        let mut c = cm("settings");
+        c.metadata.namespace = Some(ns.into());
+        Api::<ConfigMap>::namespaced(admin.clone(), ns)
+            .create(&PostParams::default(), &c)
+            .await
+            .expect("create configmap");
+    }
+    only_reconciled(&seen, "team/settings").await;
+    secrets
+        .wait_until_ready()
+        .await
+        .expect("the Secret cache lists team");
+    assert!(
+        secrets
+            .state()
+            .iter()
+            .all(|s| s.metadata.namespace.as_deref() == Some("team")),
+        "the owned cache holds only team"
+    );
+    namespaces
+        .wait_until_ready()
+        .await
+        .expect("the Namespace cache lists");
+    let names: Vec<String> = namespaces
+        .state()
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    assert!(
+        names.iter().any(|n| n == "default") && names.iter().any(|n| n == "team"),
+        "a cluster-scoped cache is whole: {names:?}"
+    );
+    stop.shutdown();
+    assert!(matches!(run.await, Ok(Ok(()))));
 }
