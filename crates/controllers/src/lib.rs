@@ -195,28 +195,17 @@ pub fn start_builtin(clients: impl Into<ControllerClients>) -> Builtin {
             clients.root_ca().map(str::to_string),
         );
     }
-    let handle = mgr.shutdown_handle();
+    let stop = mgr.shutdown_handle().drop_guard();
     let metrics = mgr.metrics();
-    let token = CancellationToken::new();
-    let stopped = token.clone();
     let task = tokio::spawn(async move {
-        let run = mgr.run();
-        tokio::pin!(run);
-        let result = tokio::select! {
-            r = &mut run => r,
-            () = stopped.cancelled() => {
-                handle.shutdown();
-                run.await
-            }
-        };
-        if let Err(e) = result {
+        if let Err(e) = mgr.run().await {
             tracing::error!(error = %e, "the built-in controllers stopped");
         }
     });
     Builtin {
         gc,
         namespaces,
-        stop: token.drop_guard(),
+        stop,
         metrics,
         task,
     }

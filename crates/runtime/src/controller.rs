@@ -256,10 +256,7 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
             labels: ControllerLabels {
                 controller: self.name.clone(),
             },
-            queue_labels: QueueLabels {
-                name: self.name.clone(),
-                controller: self.name.clone(),
-            },
+            queue_labels: QueueLabels::of(&self.name),
             metrics: metrics.clone(),
             tracker: self.mgr.reconciles(),
         });

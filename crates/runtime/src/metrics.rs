@@ -54,6 +54,16 @@ pub struct QueueLabels {
     pub controller: String,
 }
 
+impl QueueLabels {
+    /// The labels of queue `name` (its controller's name too).
+    pub fn of(name: &str) -> QueueLabels {
+        QueueLabels {
+            name: name.to_string(),
+            controller: name.to_string(),
+        }
+    }
+}
+
 /// Label set `{name}` of `leader_election_master_status`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NameLabels {
@@ -100,10 +110,7 @@ impl Collector for DepthCollector {
             prometheus_client::metrics::MetricType::Gauge,
         )?;
         for (name, source) in queues {
-            let labels = QueueLabels {
-                name: name.clone(),
-                controller: name,
-            };
+            let labels = QueueLabels::of(&name);
             let gauge = ConstGauge::new(source.depth());
             gauge.encode(family.encode_family(&labels)?)?;
         }
@@ -263,10 +270,7 @@ impl Metrics {
     /// `workqueue_*` families start at zero and `workqueue_depth` reads
     /// `depth` on each scrape.
     pub(crate) fn init_queue(&self, name: &str, depth: Arc<dyn DepthSource>) {
-        let q = QueueLabels {
-            name: name.to_string(),
-            controller: name.to_string(),
-        };
+        let q = QueueLabels::of(name);
         let _ = self.workqueue_adds.get_or_create(&q);
         let _ = self.workqueue_queue_duration.get_or_create(&q);
         let _ = self.workqueue_work_duration.get_or_create(&q);

@@ -16,4 +16,10 @@ impl ShutdownHandle {
     pub fn shutdown(&self) {
         self.0.cancel();
     }
+
+    /// A guard that requests the shutdown when dropped: for a manager
+    /// owned by a struct (or a scope) that should stop with it.
+    pub fn drop_guard(self) -> tokio_util::sync::DropGuard {
+        self.0.drop_guard()
+    }
 }

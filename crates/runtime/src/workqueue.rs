@@ -99,11 +99,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<T> {
         backoff: BackoffConfig,
         metrics: Arc<Metrics>,
     ) -> WorkQueue<T> {
-        let labels = QueueLabels {
-            name: name.to_string(),
-            controller: name.to_string(),
-        };
-        let q = Self::build(backoff, Some((metrics.clone(), labels)));
+        let q = Self::build(backoff, Some((metrics.clone(), QueueLabels::of(name))));
         metrics.init_queue(name, Arc::new(Depth(Arc::downgrade(&q.inner))));
         q
     }
