@@ -43,6 +43,10 @@ pub enum PodMatcher {
     /// Pods an inter-pod (anti-)affinity term selects (its own namespaces;
     /// terminating pods count, as in kube-scheduler's InterPodAffinity).
     Term(AffinityTerm),
+    /// Pods every one of several terms selects: a pod's required affinity
+    /// with more than one term counts only pods matching all of them
+    /// (kube-scheduler's `podMatchesAllAffinityTerms`).
+    AllTerms(Vec<AffinityTerm>),
 }
 
 impl PodMatcher {
@@ -51,6 +55,7 @@ impl PodMatcher {
     pub fn counts(&self, namespace: &str, pod: &PodInfo) -> bool {
         match self {
             PodMatcher::Term(t) => t.matches(pod),
+            PodMatcher::AllTerms(ts) => ts.iter().all(|t| t.matches(pod)),
             PodMatcher::Controller(uid) => counted_controller(pod) == Some(uid.as_str()),
             PodMatcher::Labels(s) => {
                 pod.namespace == namespace

@@ -99,11 +99,13 @@ impl FilterState {
                 bump(&mut self.existing_anti, &t.topology_key, v, d);
             }
         }
-        for t in &pod.required_affinity {
-            if t.matches(other)
-                && let Some(v) = labels.get(&t.topology_key)
-            {
-                bump(&mut self.affinity, &t.topology_key, v, d);
+        // Required affinity counts a pod only when it matches every term,
+        // then in each term's domain (kube's `updateWithAffinityTerms`).
+        if matches_own_terms(other, &pod.required_affinity) {
+            for t in &pod.required_affinity {
+                if let Some(v) = labels.get(&t.topology_key) {
+                    bump(&mut self.affinity, &t.topology_key, v, d);
+                }
             }
         }
         for t in &pod.required_anti_affinity {
@@ -144,18 +146,31 @@ impl PreFilterPlugin for InterPodAffinity {
             }
         }
         // This pod's own terms: matching pods per domain, from the
-        // snapshot's incremental counts (no scan of every pod).
-        for (terms, out) in [
-            (&pod.required_affinity, &mut st.affinity),
-            (&pod.required_anti_affinity, &mut st.anti),
+        // snapshot's incremental counts (no scan of every pod). Each
+        // anti-affinity term counts the pods it selects; the affinity terms
+        // count only pods all of them select.
+        let all_affinity = match pod.required_affinity.as_slice() {
+            [] | [_] => None,
+            many => Some(PodMatcher::AllTerms(many.to_vec())),
+        };
+        for (terms, out, all) in [
+            (
+                &pod.required_affinity,
+                &mut st.affinity,
+                all_affinity.as_ref(),
+            ),
+            (&pod.required_anti_affinity, &mut st.anti, None),
         ] {
             for t in terms {
-                let counts = snapshot.topology_counts(
-                    "",
-                    &PodMatcher::Term(t.clone()),
-                    &t.topology_key,
-                    &[],
-                );
+                let one;
+                let matcher = match all {
+                    Some(m) => m,
+                    None => {
+                        one = PodMatcher::Term(t.clone());
+                        &one
+                    }
+                };
+                let counts = snapshot.topology_counts("", matcher, &t.topology_key, &[]);
                 for (v, c) in counts {
                     if c != 0 {
                         bump(out, &t.topology_key, &v, c);
@@ -454,6 +469,59 @@ mod tests {
             pl.pre_score(&mut state, &web, &nodes_of(&s), &s).code,
             Code::Skip
         );
+    }
+
+    #[test]
+    fn required_affinity_counts_pods_matching_every_term() {
+        let mut s = Snapshot::new();
+        s.apply_node(node("n1", "a"));
+        s.apply_node(node("n2", "a"));
+        s.apply_node(node("n3", "b"));
+        // zone a has a cache pod and a backend pod, but no pod that is both
+        s.add_pod("n1", pod("cache", json!({"app": "cache"}), json!(null)));
+        s.add_pod(
+            "n2",
+            pod("backend", json!({"tier": "backend"}), json!(null)),
+        );
+        let zone = "topology.kubernetes.io/zone";
+        let web = pod(
+            "web",
+            json!({"app": "web"}),
+            json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": zone, "labelSelector": {"matchLabels": {"app": "cache"}}},
+                {"topologyKey": zone, "labelSelector": {"matchLabels": {"tier": "backend"}}}]}}),
+        );
+        assert!(
+            feasible(&s, &web).is_empty(),
+            "each term alone is met in zone a, both together nowhere"
+        );
+        // a pod both terms select, in zone b, opens zone b only
+        s.add_pod(
+            "n3",
+            pod(
+                "both",
+                json!({"app": "cache", "tier": "backend"}),
+                json!(null),
+            ),
+        );
+        assert_eq!(feasible(&s, &web), ["n3"]);
+        // the same through PreFilter's AddPod (a nominated pod): moving the
+        // dual pod's twin into zone a opens zone a too
+        let pl = InterPodAffinity::new(None).unwrap();
+        let mut state = CycleState::default();
+        let _ = pl.pre_filter(&mut state, &web, &s);
+        let twin = pod(
+            "twin",
+            json!({"app": "cache", "tier": "backend"}),
+            json!(null),
+        );
+        let lone = pod("lone", json!({"app": "cache"}), json!(null));
+        let n1 = s.get("n1").unwrap();
+        assert!(pl.add_pod(&mut state, &web, &lone, n1).is_success());
+        assert!(!pl.filter(&state, &web, n1).is_success(), "one term only");
+        assert!(pl.add_pod(&mut state, &web, &twin, n1).is_success());
+        assert!(pl.filter(&state, &web, n1).is_success());
+        assert!(pl.filter(&state, &web, s.get("n2").unwrap()).is_success());
     }
 
     fn nodes_of(s: &Snapshot) -> Vec<&NodeInfo> {
