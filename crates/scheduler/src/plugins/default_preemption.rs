@@ -580,6 +580,58 @@ fn compare(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
     }
 }
 
+/// The reason of the `DisruptionTarget` condition on a preemption victim.
+const PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
+
+/// kube's `PodEligibleToPreemptOthers`: a pod nominated to a node where a
+/// lower-priority pod is still terminating because of a preemption waits
+/// for it instead of preempting again (possibly on another node), unless
+/// the filters found the nominated node unresolvable.
+fn terminating_victim_on_nominated_node(
+    ctx: &PostFilterContext<'_>,
+    pod: &PodInfo,
+    statuses: &NodeToStatus,
+) -> bool {
+    let nominated = ctx
+        .nominated
+        .iter()
+        .find(|(_, p)| p.uid == pod.uid)
+        .map(|(n, _)| n.as_ref())
+        .or_else(|| {
+            pod.pod
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.as_deref())
+        });
+    let Some(node) = nominated.filter(|n| !n.is_empty()) else {
+        return false;
+    };
+    if statuses
+        .get(node)
+        .is_some_and(|s| s.code == Code::UnschedulableAndUnresolvable)
+    {
+        return false;
+    }
+    ctx.snapshot.get(node).is_some_and(|n| {
+        n.pods
+            .iter()
+            .any(|p| p.priority < pod.priority && terminating_by_preemption(&p.pod))
+    })
+}
+
+/// kube's `podTerminatingByPreemption`: deleted, and its `DisruptionTarget`
+/// condition says the scheduler preempted it.
+fn terminating_by_preemption(p: &k8s_openapi::api::core::v1::Pod) -> bool {
+    p.metadata.deletion_timestamp.is_some()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
+            .is_some_and(|c| {
+                c.status == "True" && c.reason.as_deref() == Some(PREEMPTION_BY_SCHEDULER)
+            })
+}
+
 impl PostFilterPlugin for DefaultPreemption {
     fn post_filter(
         &self,
@@ -594,6 +646,14 @@ impl PostFilterPlugin for DefaultPreemption {
                 Status::unschedulable("preemption: not eligible due to preemptionPolicy=Never."),
             );
         }
+        if terminating_victim_on_nominated_node(ctx, pod, statuses) {
+            return (
+                None,
+                Status::unschedulable(
+                    "preemption: not eligible due to a terminating pod on the nominated node.",
+                ),
+            );
+        }
         let best = match self.find_candidate(ctx, state, pod, statuses) {
             Ok(best) => best,
             Err(s) => return (None, s),
@@ -606,8 +666,26 @@ impl PostFilterPlugin for DefaultPreemption {
                 let preemptor = pod.key();
                 let preemptor_uid = pod.uid.clone();
                 let node = best.node.clone();
+                let scheduler = pod
+                    .pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.scheduler_name.clone())
+                    .unwrap_or_else(|| "default-scheduler".to_string());
                 rt.spawn(async move {
                     let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, &v.namespace);
+                    // kube-scheduler marks the victim before deleting it, so
+                    // the pod's owner and a retried preemptor can tell why
+                    // it is terminating.
+                    let mark = serde_json::json!({"status": {"conditions": [{
+                        "type": "DisruptionTarget", "status": "True",
+                        "reason": PREEMPTION_BY_SCHEDULER,
+                        "message": format!("{scheduler}: preempting to accommodate a higher priority pod"),
+                    }]}});
+                    let pp = kube::api::PatchParams::default();
+                    if let Err(e) = api.patch_status(&v.name, &pp, &kube::api::Patch::Strategic(&mark)).await {
+                        tracing::warn!(victim = %v.key(), error = %e, "marking a preemption victim failed");
+                    }
                     let dp = kube::api::DeleteParams {
                         preconditions: Some(kube::api::Preconditions { uid: Some(v.uid.clone()), resource_version: None }),
                         ..Default::default()
