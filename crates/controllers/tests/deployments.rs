@@ -61,6 +61,30 @@ fn rollout_done(d: &Deployment) -> Result<bool, String> {
         && s.available_replicas.unwrap_or(0) >= updated)
 }
 
+/// The `deployment.kubernetes.io/revision` annotation.
+fn revision_of(meta: &kube::api::ObjectMeta) -> Option<&str> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get("deployment.kubernetes.io/revision"))
+        .map(String::as_str)
+}
+
+/// `kubectl rollout undo`: put an earlier revision's template back.
+async fn rollback(
+    api: &Api<Deployment>,
+    name: &str,
+    template: k8s_openapi::api::core::v1::PodTemplateSpec,
+) {
+    let ops = json!([{"op": "replace", "path": "/spec/template", "value": template}]);
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(ops).expect("patch")),
+    )
+    .await
+    .expect("undo");
+}
+
 async fn wait_rollout(api: &Api<Deployment>, name: &str) -> Deployment {
     eventually("rollout status success", T, || async {
         let d = api.get(name).await.expect("get deployment");
@@ -123,14 +147,7 @@ async fn create_rolls_out_with_status_conditions_and_revision() {
         (prog.status.as_str(), prog.reason.as_deref()),
         ("True", Some("NewReplicaSetAvailable"))
     );
-    assert_eq!(
-        d.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("deployment.kubernetes.io/revision"))
-            .map(String::as_str),
-        Some("1")
-    );
+    assert_eq!(revision_of(&d.metadata), Some("1"));
     // One ReplicaSet named after the template hash, which labels its pods.
     let rss: Api<ReplicaSet> = Api::default_namespaced(env.client.clone());
     let list = rss
@@ -293,14 +310,7 @@ async fn rolling_update_respects_max_unavailable_and_surge_then_undo() {
         max_total > 4,
         "the rollout never surged ({max_total} pods at most): maxSurge 1 allows a fifth pod"
     );
-    assert_eq!(
-        d.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("deployment.kubernetes.io/revision"))
-            .map(String::as_str),
-        Some("2")
-    );
+    assert_eq!(revision_of(&d.metadata), Some("2"));
     let images = |pods: &[Pod]| -> BTreeSet<String> {
         pods.iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
@@ -326,14 +336,7 @@ async fn rolling_update_respects_max_unavailable_and_surge_then_undo() {
     assert_eq!(list.len(), 2, "old ReplicaSet kept for history");
     let rev1 = list
         .iter()
-        .find(|rs| {
-            rs.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("deployment.kubernetes.io/revision"))
-                .map(String::as_str)
-                == Some("1")
-        })
+        .find(|rs| revision_of(&rs.metadata) == Some("1"))
         .expect("revision 1");
     assert_eq!(rev1.spec.as_ref().and_then(|s| s.replicas), Some(0));
     let mut template = rev1
@@ -344,25 +347,10 @@ async fn rolling_update_respects_max_unavailable_and_surge_then_undo() {
     if let Some(l) = template.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
         l.remove("pod-template-hash");
     }
-    api.patch(
-        "roll",
-        &PatchParams::default(),
-        &Patch::Json::<()>(
-            serde_json::from_value(
-                json!([{"op": "replace", "path": "/spec/template", "value": template}]),
-            )
-            .expect("patch"),
-        ),
-    )
-    .await
-    .expect("undo");
+    rollback(&api, "roll", template).await;
     let d = wait_rollout(&api, "roll").await;
     assert_eq!(
-        d.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("deployment.kubernetes.io/revision"))
-            .map(String::as_str),
+        revision_of(&d.metadata),
         Some("3"),
         "a rollback makes the old ReplicaSet the newest revision"
     );
@@ -617,6 +605,117 @@ async fn paused_deployment_does_not_roll_out_and_deadline_is_reported() {
     })
     .await;
     assert!(rollout_done(&api.get("stuck").await.expect("get")).is_err());
+    env.stop().await;
+}
+
+/// `kubectl rollout undo` to an existing ReplicaSet long after the last
+/// rollout finished: the first sync sees the old ReplicaSet as new with no
+/// replicas yet, which is no progress, but a finished rollout is no base to
+/// time out from (kube's DeploymentTimedOut), so `rollout status` succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_undo_after_the_progress_deadline_does_not_time_out() {
+    let env = start().await;
+    let _k = kubelet(&env.client, all_ready);
+    let api: Api<Deployment> = Api::default_namespaced(env.client.clone());
+    let mut d = deployment("undo", 2, "nginx:1.26", json!({}));
+    d.spec.as_mut().expect("spec").progress_deadline_seconds = Some(1);
+    api.create(&PostParams::default(), &d)
+        .await
+        .expect("create");
+    let first = wait_rollout(&api, "undo").await;
+    let template = first
+        .spec
+        .as_ref()
+        .map(|s| s.template.clone())
+        .expect("template");
+    api.patch(
+        "undo",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}}})),
+    )
+    .await
+    .expect("update image");
+    wait_rollout(&api, "undo").await;
+    // Let the deadline pass since the rollout finished.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Every Progressing condition the Deployment shows from here on, with
+    // the resourceVersion that showed it.
+    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let rv = api
+        .get("undo")
+        .await
+        .expect("get")
+        .metadata
+        .resource_version
+        .expect("resourceVersion");
+    let mut events = api
+        .watch(
+            &kube::api::WatchParams::default().fields("metadata.name=undo"),
+            &rv,
+        )
+        .await
+        .expect("watch")
+        .boxed();
+    let record = seen.clone();
+    let watch = tokio::spawn(async move {
+        while let Some(ev) = events.next().await {
+            let Ok(kube::api::WatchEvent::Modified(d)) = ev else {
+                continue;
+            };
+            let rv = d.metadata.resource_version.clone().unwrap_or_default();
+            for c in d.status.and_then(|s| s.conditions).unwrap_or_default() {
+                if c.type_ == "Progressing" {
+                    record
+                        .lock()
+                        .expect("lock")
+                        .push((rv.clone(), c.reason.unwrap_or_default()));
+                }
+            }
+        }
+    });
+
+    rollback(&api, "undo", template).await;
+    let d = wait_rollout(&api, "undo").await;
+    assert_eq!(
+        revision_of(&d.metadata),
+        Some("3"),
+        "the rollback reused revision 1's ReplicaSet"
+    );
+    let progressing = |d: &Deployment| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Progressing"))
+            .and_then(|c| c.reason.clone())
+    };
+    eventually("Progressing=True NewReplicaSetAvailable", T, || async {
+        progressing(&api.get("undo").await.expect("get")).as_deref()
+            == Some("NewReplicaSetAvailable")
+    })
+    .await;
+    let last = api
+        .get("undo")
+        .await
+        .expect("get")
+        .metadata
+        .resource_version
+        .expect("resourceVersion");
+    eventually("the watch reached the finished rollout", T, || async {
+        seen.lock().expect("lock").iter().any(|(rv, _)| *rv == last)
+    })
+    .await;
+    watch.abort();
+    let reasons: Vec<String> = seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|(_, r)| r.clone())
+        .collect();
+    assert!(
+        !reasons.iter().any(|r| r == "ProgressDeadlineExceeded"),
+        "the rollback was reported as timed out: {reasons:?}"
+    );
     env.stop().await;
 }
 

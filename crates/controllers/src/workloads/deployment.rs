@@ -1041,7 +1041,14 @@ impl Sync<'_> {
                     last_update_time: Some(now),
                     last_transition_time: Some(transition),
                 });
-            } else if let Some(c) = &current {
+            } else if let Some(c) = current
+                .as_ref()
+                // kube's DeploymentTimedOut: after a finished rollout there
+                // is no base to time out from (a rollback to an existing
+                // ReplicaSet is seen before its replicas change); the next
+                // progress resets the clock.
+                .filter(|c| c.reason.as_deref() != Some("NewReplicaSetAvailable"))
+            {
                 let timed_out = c.reason.as_deref() == Some("ProgressDeadlineExceeded")
                     || c.last_update_time.as_ref().is_some_and(|t| {
                         let at =
