@@ -2,7 +2,10 @@
 //! completions 5 / parallelism 2 never runs more than 2 at once and
 //! completes with 1.33's conditions; backoffLimit and activeDeadlineSeconds
 //! fail a Job; ttlSecondsAfterFinished deletes it; a work-queue Job (no
-//! completions) lets its other workers finish after the first success.
+//! completions) lets its other workers finish after the first success;
+//! every finished pod counts exactly once (successes of pods deleted at
+//! once, running pods deleted count as failed, OnFailure restarts toward
+//! backoffLimit), and deleting a Job releases its pods' finalizers.
 
 mod workloads_common;
 
@@ -11,8 +14,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kubeforge_controllers::WorkloadOptions;
+use kubeforge_testenv::eventually_some;
 use serde_json::json;
 use workloads_common::*;
 
@@ -345,6 +349,261 @@ async fn active_deadline_fails_and_ttl_deletes() {
     .await;
     eventually("deleted by TTL", T, || async {
         api.get_opt("quick").await.expect("get").is_none()
+    })
+    .await;
+    env.stop().await;
+}
+
+/// Every pod of `app` (any state), by the `job-name` label.
+async fn job_pods(client: &kube::Client, name: &str) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    pods.list(&ListParams::default().labels(&format!("job-name={name}")))
+        .await
+        .expect("list pods")
+        .items
+}
+
+async fn delete_pod(client: &kube::Client, name: &str) {
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    match pods.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => panic!("delete pod {name}: {e}"),
+    }
+}
+
+/// A pod garbage collector far more eager than kube's deletes every pod
+/// the moment it succeeds: each success is still counted exactly once
+/// (the job-tracking finalizer holds the pod until it is), so the Job
+/// completes with succeeded 4 from exactly 4 pods. Counted from the cache
+/// alone, the later successes were absorbed and pods kept being created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn successes_count_once_when_finished_pods_are_deleted_at_once() {
+    let env = start_with(opts()).await;
+    let _k = kubelet(&env.client, |_| Fate::Succeed);
+    let created: Arc<Mutex<std::collections::BTreeSet<String>>> = Arc::default();
+    let (client, seen) = (env.client.clone(), created.clone());
+    let reaper = tokio::spawn(async move {
+        loop {
+            for p in job_pods(&client, "reap").await {
+                seen.lock()
+                    .expect("lock")
+                    .insert(p.metadata.uid.clone().unwrap_or_default());
+                let done = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
+                if done && p.metadata.deletion_timestamp.is_none() {
+                    delete_pod(&client, p.metadata.name.as_deref().unwrap_or_default()).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    let api: Api<Job> = Api::default_namespaced(env.client.clone());
+    api.create(
+        &PostParams::default(),
+        &job("reap", json!({"completions": 4, "parallelism": 2})),
+    )
+    .await
+    .expect("create");
+    eventually("Complete=True", T, || async {
+        let j = api.get("reap").await.expect("get");
+        cond(&j, "Complete") == Some(("True".into(), Some("CompletionsReached".into())))
+    })
+    .await;
+    let s = api.get("reap").await.expect("get").status.expect("status");
+    assert_eq!(s.succeeded, Some(4), "{s:?}");
+    assert_eq!(s.failed, None, "{s:?}");
+    assert!(
+        s.uncounted_terminated_pods.as_ref().is_none_or(|u| u
+            .succeeded
+            .as_ref()
+            .is_none_or(Vec::is_empty)
+            && u.failed.as_ref().is_none_or(Vec::is_empty)),
+        "{s:?}"
+    );
+    eventually("every pod released and gone", T, || async {
+        job_pods(&env.client, "reap").await.is_empty()
+    })
+    .await;
+    reaper.abort();
+    assert_eq!(
+        created.lock().expect("lock").len(),
+        4,
+        "exactly 4 pods were created"
+    );
+    env.stop().await;
+}
+
+/// `kubectl delete pod` on a running worker counts as a failure (kube's
+/// isPodFailed: deleted before it succeeded), so two deletions exceed
+/// backoffLimit 1. Before, a deleted pod vanished uncounted and the Job
+/// replaced it forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_deleted_while_running_count_as_failed() {
+    let env = start_with(opts()).await;
+    let _k = kubelet(&env.client, |_| Fate::NotReady);
+    let api: Api<Job> = Api::default_namespaced(env.client.clone());
+    api.create(
+        &PostParams::default(),
+        &job("evicted", json!({"backoffLimit": 1})),
+    )
+    .await
+    .expect("create");
+    let mut deleted = std::collections::BTreeSet::new();
+    for round in 1..=2 {
+        let victim = eventually_some("a running worker", T, || async {
+            job_pods(&env.client, "evicted")
+                .await
+                .into_iter()
+                .find(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                })
+        })
+        .await;
+        let name = victim.metadata.name.clone().unwrap_or_default();
+        assert!(
+            victim
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.iter().any(|f| f == "batch.kubernetes.io/job-tracking")),
+            "the pod carries the tracking finalizer: {:?}",
+            victim.metadata.finalizers
+        );
+        assert!(deleted.insert(name.clone()), "round {round}: {name} again");
+        delete_pod(&env.client, &name).await;
+        eventually("the deletion counted", T, || async {
+            let s = api
+                .get("evicted")
+                .await
+                .expect("get")
+                .status
+                .unwrap_or_default();
+            s.failed == Some(round)
+        })
+        .await;
+    }
+    eventually("Failed=True BackoffLimitExceeded", T, || async {
+        let j = api.get("evicted").await.expect("get");
+        cond(&j, "Failed") == Some(("True".into(), Some("BackoffLimitExceeded".into())))
+    })
+    .await;
+    let s = api
+        .get("evicted")
+        .await
+        .expect("get")
+        .status
+        .expect("status");
+    assert_eq!(s.failed, Some(2), "{s:?}");
+    assert_eq!(s.succeeded, None, "{s:?}");
+    eventually("no pod left", T, || async {
+        job_pods(&env.client, "evicted").await.is_empty()
+    })
+    .await;
+    env.stop().await;
+}
+
+/// With `restartPolicy: OnFailure` the kubelet restarts containers in
+/// place; kube counts those restarts toward backoffLimit
+/// (pastBackoffLimitOnFailure), so a crash-looping pod fails its Job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_failure_restarts_count_toward_the_backoff_limit() {
+    let env = start_with(opts()).await;
+    let _k = kubelet(&env.client, |_| Fate::NotReady);
+    let api: Api<Job> = Api::default_namespaced(env.client.clone());
+    let mut j = job("crashloop", json!({"backoffLimit": 2}));
+    if let Some(t) = j.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        t.restart_policy = Some("OnFailure".into());
+    }
+    api.create(&PostParams::default(), &j)
+        .await
+        .expect("create");
+    let pod = eventually_some("a running worker", T, || async {
+        job_pods(&env.client, "crashloop")
+            .await
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    })
+    .await;
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let pods: Api<Pod> = Api::default_namespaced(env.client.clone());
+    let restarted = |n: i32| {
+        json!({"status": {"containerStatuses": [{
+            "name": "c", "image": "busybox", "imageID": "", "ready": false,
+            "restartCount": n, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}})
+    };
+    pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(restarted(1)))
+        .await
+        .expect("one restart");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let j = api.get("crashloop").await.expect("get");
+    assert_eq!(
+        cond(&j, "FailureTarget"),
+        None,
+        "one restart is under the limit"
+    );
+    pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(restarted(2)))
+        .await
+        .expect("two restarts");
+    eventually("Failed=True BackoffLimitExceeded", T, || async {
+        let j = api.get("crashloop").await.expect("get");
+        cond(&j, "Failed") == Some(("True".into(), Some("BackoffLimitExceeded".into())))
+    })
+    .await;
+    eventually("the crash-looping pod is deleted", T, || async {
+        job_pods(&env.client, "crashloop").await.is_empty()
+    })
+    .await;
+    env.stop().await;
+}
+
+/// Deleting a Job releases its pods: with background propagation the
+/// garbage collector deletes them and the tracking finalizer goes with the
+/// Job (kube's orphan pods); with `--cascade=orphan` they stay, without the
+/// finalizer, so nothing is left stuck in Terminating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_job_releases_its_pods() {
+    let env = start_with(opts()).await;
+    let _k = kubelet(&env.client, |_| Fate::Ready);
+    let api: Api<Job> = Api::default_namespaced(env.client.clone());
+    for name in ["bg", "orphaned"] {
+        api.create(
+            &PostParams::default(),
+            &job(name, json!({"parallelism": 2, "completions": 2})),
+        )
+        .await
+        .expect("create");
+        eventually("two running workers", T, || async {
+            job_pods(&env.client, name)
+                .await
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count()
+                == 2
+        })
+        .await;
+    }
+    api.delete("bg", &DeleteParams::background())
+        .await
+        .expect("delete bg");
+    api.delete("orphaned", &DeleteParams::orphan())
+        .await
+        .expect("delete orphaned");
+    eventually("the background-deleted Job's pods are gone", T, || async {
+        job_pods(&env.client, "bg").await.is_empty()
+    })
+    .await;
+    eventually("the orphaned pods lost owner and finalizer", T, || async {
+        let left = job_pods(&env.client, "orphaned").await;
+        left.len() == 2
+            && left.iter().all(|p| {
+                p.metadata
+                    .owner_references
+                    .as_ref()
+                    .is_none_or(Vec::is_empty)
+                    && p.metadata.finalizers.as_ref().is_none_or(Vec::is_empty)
+                    && p.metadata.deletion_timestamp.is_none()
+            })
     })
     .await;
     env.stop().await;

@@ -72,6 +72,9 @@ struct Expected {
 #[derive(Default)]
 pub(crate) struct Expectations {
     by_owner: Mutex<HashMap<String, Expected>>,
+    /// Pod UIDs whose tracking finalizer `owner` removed and has not yet
+    /// seen gone in its cache (kube's job `finalizerExpectations`).
+    finalizer_removals: Mutex<HashMap<String, HashSet<String>>>,
 }
 
 impl Expectations {
@@ -94,6 +97,46 @@ impl Expectations {
     /// Forget what `owner` expected (the owner is gone).
     pub(crate) fn forget(&self, owner: &str) {
         lock(&self.by_owner).remove(owner);
+        lock(&self.finalizer_removals).remove(owner);
+    }
+
+    /// `owner` is about to remove its finalizer from the pods `uids`.
+    pub(crate) fn expect_finalizers_removed(
+        &self,
+        owner: &str,
+        uids: impl IntoIterator<Item = String>,
+    ) {
+        lock(&self.finalizer_removals)
+            .entry(owner.to_string())
+            .or_default()
+            .extend(uids);
+    }
+
+    /// The removal from pod `uid` failed: no change to wait for.
+    pub(crate) fn finalizer_removal_failed(&self, owner: &str, uid: &str) {
+        if let Some(set) = lock(&self.finalizer_removals).get_mut(owner) {
+            set.remove(uid);
+        }
+    }
+
+    /// The pods whose finalizer `owner` removed but whose cached copy still
+    /// shows it (`still_showing`, read from the store the caller then lists
+    /// its pods from): the caller treats them as having no finalizer.
+    pub(crate) fn pending_finalizer_removals(
+        &self,
+        owner: &str,
+        still_showing: impl Fn(&str) -> bool,
+    ) -> HashSet<String> {
+        let mut m = lock(&self.finalizer_removals);
+        let Some(set) = m.get_mut(owner) else {
+            return HashSet::new();
+        };
+        set.retain(|uid| still_showing(uid));
+        if set.is_empty() {
+            m.remove(owner);
+            return HashSet::new();
+        }
+        set.clone()
     }
 
     /// Whether everything `owner` expected has been observed through
@@ -177,8 +220,12 @@ pub(crate) fn matches(sel: &Option<Selector>, labels: Option<&BTreeMap<String, S
 /// Whether the pod is active: not terminating and not finished
 /// (kube's `IsPodActive`).
 pub(crate) fn is_active(p: &Pod) -> bool {
-    let phase = phase(p);
-    phase != "Succeeded" && phase != "Failed" && p.metadata.deletion_timestamp.is_none()
+    !is_terminal(p) && p.metadata.deletion_timestamp.is_none()
+}
+
+/// Whether the pod has finished (Succeeded or Failed).
+pub(crate) fn is_terminal(p: &Pod) -> bool {
+    matches!(phase(p), "Succeeded" | "Failed")
 }
 
 /// The pod's phase ("" when unset).
