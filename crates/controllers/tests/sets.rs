@@ -17,6 +17,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kubeforge_controllers::WorkloadOptions;
 use kubeforge_controllers::workloads::{Clock, ManualClock};
+use kubeforge_testenv::eventually_some;
 use serde_json::json;
 use workloads_common::*;
 
@@ -181,6 +182,54 @@ async fn statefulset_creates_in_order_scales_down_in_reverse_and_rolls() {
     env.stop().await;
 }
 
+/// OrderedReady with `minReadySeconds`: ordinal 1 is created only once
+/// ordinal 0 has been Ready that long (kube's isRunningAndAvailable), and
+/// `availableReplicas` catches up without a pod event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordered_ready_waits_for_min_ready_seconds() {
+    let env = start().await;
+    let _k = kubelet(&env.client, all_ready);
+    let api: Api<StatefulSet> = Api::default_namespaced(env.client.clone());
+    let ss: StatefulSet = obj(json!({"metadata": {"name": "slow"}, "spec": {
+        "replicas": 2, "minReadySeconds": 2, "serviceName": "slow",
+        "selector": {"matchLabels": {"app": "slow"}},
+        "template": {"metadata": {"labels": {"app": "slow"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1"}]}}}}));
+    api.create(&PostParams::default(), &ss)
+        .await
+        .expect("create");
+    eventually("2 available", T, || async {
+        api.get("slow")
+            .await
+            .expect("get")
+            .status
+            .is_some_and(|s| s.available_replicas == Some(2))
+    })
+    .await;
+    let pods: Api<Pod> = Api::default_namespaced(env.client.clone());
+    let p0 = pods.get("slow-0").await.expect("slow-0");
+    let ready_at = p0
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time)
+        .expect("slow-0 Ready since")
+        .0;
+    let created = pods
+        .get("slow-1")
+        .await
+        .expect("slow-1")
+        .metadata
+        .creation_timestamp
+        .expect("created")
+        .0;
+    // Whole seconds: either timestamp may have been truncated.
+    assert!(
+        created.as_second() >= ready_at.as_second() + 2,
+        "slow-1 created at {created}, slow-0 Ready at {ready_at}: before minReadySeconds"
+    );
+    env.stop().await;
+}
+
 async fn node(
     client: &kube::Client,
     name: &str,
@@ -311,6 +360,67 @@ async fn daemonset_one_pod_per_eligible_node() {
                 })
         },
     )
+    .await;
+    env.stop().await;
+}
+
+/// A daemon pod that is still terminating holds its node: the replacement
+/// is created once it is gone, never beside it (kube's podsShouldBeOnNode
+/// counts terminating pods that have not finished).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemonset_replaces_a_terminating_pod_only_once_it_is_gone() {
+    let env = start().await;
+    let _k = kubelet(&env.client, all_ready);
+    node(&env.client, "solo", json!({}), json!([])).await;
+    let api: Api<DaemonSet> = Api::default_namespaced(env.client.clone());
+    let ds: DaemonSet = obj(json!({"metadata": {"name": "hold"}, "spec": {
+        "selector": {"matchLabels": {"app": "hold"}},
+        "template": {"metadata": {"labels": {"app": "hold"}}, "spec": {
+            "containers": [{"name": "a", "image": "agent:1"}]}}}}));
+    api.create(&PostParams::default(), &ds)
+        .await
+        .expect("create");
+    let pods: Api<Pod> = Api::default_namespaced(env.client.clone());
+    let all = || async {
+        pods.list(&ListParams::default().labels("app=hold"))
+            .await
+            .expect("list")
+            .items
+    };
+    let first = eventually_some("the daemon pod", T, || async {
+        all().await.into_iter().next()
+    })
+    .await;
+    let name = first.metadata.name.clone().expect("name");
+    // A finalizer keeps the deleted pod around, terminating.
+    pods.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}})),
+    )
+    .await
+    .expect("add finalizer");
+    pods.delete(&name, &Default::default())
+        .await
+        .expect("delete");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let now = all().await;
+    assert_eq!(
+        names(&now),
+        std::slice::from_ref(&name),
+        "a replacement was created beside the terminating pod"
+    );
+    pods.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release");
+    eventually("the replacement, once the old pod is gone", T, || async {
+        let now = all().await;
+        now.len() == 1 && now[0].metadata.uid != first.metadata.uid
+    })
     .await;
     env.stop().await;
 }

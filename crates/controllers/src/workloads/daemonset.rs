@@ -227,10 +227,13 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<super::Shared>) -> Result<Action
         .expectations
         .satisfied(&key, |id| ctx.pod_index.lookup(&ctx.pods, id));
     let pods = ctx.pod_index.owned_by(&ctx.pods, &uid);
+    // A pod still terminating holds its node (kube's getNodesToDaemonPods
+    // leaves out only deleted pods already in a terminal phase): its
+    // replacement waits until it is gone, never runs beside it.
     let mut by_node: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
     for p in pods
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.metadata.deletion_timestamp.is_none() || !util::is_terminal(p))
     {
         if let Some(n) = pod_node(p) {
             by_node.entry(n).or_default().push(p.clone());
@@ -252,12 +255,17 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<super::Shared>) -> Result<Action
         let here = by_node.remove(&node_name).unwrap_or_default();
         if run {
             desired += 1;
-            // Failed pods are deleted (and replaced next time).
-            let (failed, live): (Vec<_>, Vec<_>) =
-                here.into_iter().partition(|p| util::phase(p) == "Failed");
-            delete.extend(failed);
+            // Finished pods are deleted and replaced once gone; so are
+            // terminating ones (kube's podsShouldBeOnNode).
+            let exists = !here.is_empty();
+            let (finished, live): (Vec<_>, Vec<_>) = here
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .partition(|p| util::is_terminal(p));
+            delete.extend(finished);
             match live.len() {
-                0 => create_on.push(node_name),
+                0 if !exists => create_on.push(node_name),
+                0 => {}
                 _ => {
                     current += 1;
                     let mut live = live;
@@ -287,13 +295,17 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<super::Shared>) -> Result<Action
                 }
             }
         } else if !here.is_empty() {
-            misscheduled += here.len() as i32;
+            // Nodes, as kube's numberMisscheduled counts.
+            misscheduled += 1;
             delete.extend(here.into_iter().filter(|p| is_active(p)));
         }
     }
     // Pods on nodes that no longer exist.
     for (_, gone) in by_node {
-        delete.extend(gone);
+        delete.extend(
+            gone.into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none()),
+        );
     }
     // Rolling update: replace old pods, at most maxUnavailable unavailable.
     let strategy = spec.update_strategy.clone().unwrap_or_default();

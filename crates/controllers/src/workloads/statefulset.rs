@@ -3,8 +3,10 @@
 //! `statefulset.kubernetes.io/pod-name`, `apps.kubernetes.io/pod-index`,
 //! `controller-revision-hash`).
 //!
-//! `OrderedReady` creates ordinal i only once 0..i are Running and Ready
-//! and removes the highest ordinal first, one at a time; `Parallel` creates
+//! `OrderedReady` creates ordinal i only once 0..i are Running, Ready and
+//! available (Ready for `minReadySeconds`) and removes the highest ordinal
+//! first, one at a time, each only once Ready and available unless it is
+//! the first unhealthy one; `Parallel` creates
 //! and deletes all at once. Template revisions are ControllerRevisions
 //! (`<name>-<hash>`, numbered); `RollingUpdate` (with `partition`) replaces
 //! pods from the highest ordinal down, one at a time, each waiting for the
@@ -17,6 +19,7 @@
 use crate::clients::accounts;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
@@ -186,6 +189,10 @@ async fn reconcile(
         }
     }
     let api: Api<Pod> = Api::namespaced(ctx.client(accounts::STATEFULSET).clone(), &ns);
+    let now = jiff::Timestamp::now();
+    let min_ready = spec.min_ready_seconds.unwrap_or(0);
+    // When a pod this sync waited for becomes available.
+    let mut wait: Option<Duration> = None;
     let mut blocked = false;
     for ord in 0..replicas {
         match pods.get(&ord) {
@@ -212,13 +219,31 @@ async fn reconcile(
                 blocked = true;
                 break;
             }
+            // OrderedReady also waits for each pod to be available
+            // (`minReadySeconds`) before its successor (kube's
+            // isRunningAndAvailable).
+            Some(p) if ordered => {
+                let (available, at) = util::availability(p, min_ready, now);
+                if !available {
+                    wait = at;
+                    blocked = true;
+                    break;
+                }
+            }
             Some(_) => {}
         }
     }
-    // Condemned pods (ordinal ≥ replicas), highest first.
+    // Condemned pods (ordinal ≥ replicas), highest first. Ordered, each
+    // must be Ready and available before it goes — except the first
+    // unhealthy one, which would otherwise block the scale-down forever
+    // (kube's processCondemned). Every ordinal below is healthy here.
     if !blocked {
-        let all_ready = (0..replicas).all(|o| pods.get(&o).is_some_and(|p| running_ready(p)));
-        for (_, p) in pods.range(replicas..).rev() {
+        let first_unhealthy = pods
+            .range(replicas..)
+            .rev()
+            .find(|(_, p)| !running_ready(p))
+            .map(|(o, _)| *o);
+        for (ord, p) in pods.range(replicas..).rev() {
             if p.metadata.deletion_timestamp.is_some() {
                 if ordered {
                     blocked = true;
@@ -226,9 +251,13 @@ async fn reconcile(
                 }
                 continue;
             }
-            if ordered && !all_ready {
-                blocked = true;
-                break;
+            if ordered && first_unhealthy != Some(*ord) {
+                let (available, at) = util::availability(p, min_ready, now);
+                if !running_ready(p) || !available {
+                    wait = at;
+                    blocked = true;
+                    break;
+                }
             }
             delete_pod(&api, p).await?;
             if ordered {
@@ -260,12 +289,16 @@ async fn reconcile(
         .collect();
     let count = live.len() as i32;
     let ready = live.iter().filter(|p| util::is_ready(p)).count() as i32;
-    let now = jiff::Timestamp::now();
-    let min_ready = spec.min_ready_seconds.unwrap_or(0);
     let available = live
         .iter()
         .filter(|p| util::availability(p, min_ready, now).0)
         .count() as i32;
+    // availableReplicas grows without a pod event: look again then.
+    for p in &live {
+        if let (false, Some(at)) = util::availability(p, min_ready, now) {
+            wait = Some(wait.map_or(at, |w| w.min(at)));
+        }
+    }
     let mut current_count = live
         .iter()
         .filter(|p| revision_label(p) == Some(current_rev.as_str()))
@@ -340,7 +373,10 @@ async fn reconcile(
             }
         }
     }
-    Ok(Action::await_change())
+    Ok(match wait {
+        Some(w) => Action::requeue(w + Duration::from_millis(10)),
+        None => Action::await_change(),
+    })
 }
 
 async fn create_pod(
