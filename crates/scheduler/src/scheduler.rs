@@ -461,17 +461,23 @@ impl SchedulerCore {
                 for p in gone {
                     self.queue.delete(&p.uid);
                 }
+                // Assumed pods too: the relist shows every pod that still
+                // exists, bound or not, so one missing was deleted while its
+                // delete event was lost; kept, it would hold its node's room
+                // forever (kube's informer delivers DeletedFinalStateUnknown
+                // for it, which removes an assumed pod as any other).
                 let stale: Vec<String> = self
                     .cache
                     .snapshot()
                     .nodes()
                     .iter()
                     .flat_map(|n| n.pods.iter())
-                    .filter(|p| !live.contains(&p.uid) && !self.cache.is_assumed(&p.uid))
+                    .filter(|p| !live.contains(&p.uid))
                     .map(|p| p.uid.clone())
                     .collect();
                 if !stale.is_empty() {
                     for uid in stale {
+                        self.handle.waiting_pods.reject(&uid, "", "pod deleted");
                         self.cache.remove_pod(&uid);
                     }
                     self.move_pods(ClusterEvent::PodDelete);
@@ -553,8 +559,17 @@ impl SchedulerCore {
                 started,
             } => {
                 let _ = node;
+                // No longer assumed: deleted meanwhile (a Permit wait it was
+                // rejected from, or a relist) or seen bound. kube's
+                // handleSchedulingFailure queues it again only if its
+                // informer still has it unassigned.
+                let assumed = self.cache.is_assumed(&info.pod.uid);
                 self.cache.forget(&info.pod.uid);
                 self.metrics.attempt("error", &profile, started.elapsed());
+                if !assumed {
+                    tracing::debug!(pod = %info.pod.key(), "binding cycle failed for a pod no longer pending");
+                    return;
+                }
                 let message = status.message();
                 if message.contains("is already assigned to node") {
                     // Another scheduler bound it first; the watch brings the bound pod.
@@ -1188,6 +1203,138 @@ mod tests {
         assert_eq!(queued(&core), 1);
         core.handle_input(Input::PodApply(pod("Failed")));
         assert_eq!(queued(&core), 0, "a finished pod stayed queued");
+    }
+
+    /// A pod assumed on the only node's only pod slot, then missing from a
+    /// relist (deleted while its delete event was lost): its room is freed
+    /// and the next pod fits there.
+    #[test]
+    fn a_relist_drops_an_assumed_pod_that_is_gone() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut core = SchedulerBuilder::without_client()
+            .build_core(rt.handle().clone())
+            .expect("core");
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "1"}}}))
+        .expect("node");
+        core.handle_input(Input::NodeApply(Arc::new(node)));
+        let pod = |uid: &str| -> Arc<Pod> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": uid, "namespace": "default", "uid": uid},
+                    "spec": {"containers": [{"name": "c", "image": "nginx"}]}}))
+                .expect("pod"),
+            )
+        };
+        core.handle_input(Input::PodApply(pod("a")));
+        assert_eq!(
+            core.schedule_one(),
+            Some(CycleOutcome::Assumed("n1".into()))
+        );
+        assert!(core.cache().is_assumed("a"));
+        core.handle_input(Input::PodsRelisted(HashSet::new()));
+        assert!(
+            !core.cache().contains("a"),
+            "the deleted pod is still assumed"
+        );
+        core.handle_input(Input::PodApply(pod("b")));
+        assert_eq!(
+            core.schedule_one(),
+            Some(CycleOutcome::Assumed("n1".into())),
+            "the gone pod's room was not freed"
+        );
+    }
+
+    /// A Permit plugin that makes every pod wait.
+    struct Hold;
+
+    impl crate::framework::Plugin for Hold {
+        fn name(&self) -> &str {
+            "Hold"
+        }
+        fn as_permit(&self) -> Option<&dyn crate::framework::PermitPlugin> {
+            Some(self)
+        }
+    }
+
+    impl crate::framework::PermitPlugin for Hold {
+        fn permit(
+            &self,
+            _: &mut crate::framework::CycleState,
+            _: &PodInfo,
+            _: &str,
+        ) -> (Status, Duration) {
+            (
+                Status::new(crate::framework::Code::Wait, "held"),
+                Duration::from_secs(600),
+            )
+        }
+    }
+
+    /// A pod deleted while it waits at Permit is rejected there (kube's
+    /// RejectWaitingPod); its failed binding cycle must not put it back in
+    /// the queue, where it would be scheduled again as a ghost.
+    #[test]
+    fn a_pod_deleted_at_permit_is_not_queued_again() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut registry = crate::framework::Registry::new();
+        registry
+            .register("Hold", |_, _| {
+                Ok(Arc::new(Hold) as Arc<dyn crate::framework::Plugin>)
+            })
+            .expect("register");
+        let cfg = SchedulerConfiguration::from_yaml(
+            "profiles:\n- plugins:\n    permit:\n      enabled: [{name: Hold}]\n",
+        )
+        .expect("config");
+        let mut core = SchedulerBuilder::without_client()
+            .plugins(registry)
+            .config(cfg)
+            .build_core(rt.handle().clone())
+            .expect("core");
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}}))
+        .expect("node");
+        core.handle_input(Input::NodeApply(Arc::new(node)));
+        let pod: Arc<Pod> = Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "w", "namespace": "default", "uid": "w"},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}))
+            .expect("pod"),
+        );
+        core.handle_input(Input::PodApply(pod.clone()));
+        assert_eq!(
+            core.schedule_one(),
+            Some(CycleOutcome::Assumed("n1".into()))
+        );
+        core.handle_input(Input::PodDelete(pod));
+        // Let the binding cycle see the rejection and report it.
+        let failed = rt.block_on(async {
+            for _ in 0..1000 {
+                match core.rx.try_recv() {
+                    Ok(input @ Input::BindFailed { .. }) => return Some(input),
+                    Ok(_) => {}
+                    Err(_) => tokio::task::yield_now().await,
+                }
+            }
+            None
+        });
+        core.handle_input(failed.expect("the binding cycle failed"));
+        let l = core.queue().lengths();
+        assert_eq!(
+            l.active + l.backoff + l.unschedulable + l.gated,
+            0,
+            "the deleted pod was queued again: {l:?}"
+        );
+        assert!(!core.cache().contains("w"));
     }
 
     fn budget(v: serde_json::Value) -> PodDisruptionBudget {

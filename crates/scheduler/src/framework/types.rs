@@ -474,16 +474,9 @@ impl PodInfo {
         for (i, c) in spec.containers.iter().enumerate() {
             match container_requests(c) {
                 Ok(r) => {
-                    non_zero_cpu += if r.milli_cpu == 0 && !has_req(c, "cpu") {
-                        DEFAULT_MILLI_CPU_REQUEST
-                    } else {
-                        r.milli_cpu
-                    };
-                    non_zero_memory += if r.memory == 0 && !has_req(c, "memory") {
-                        DEFAULT_MEMORY_REQUEST
-                    } else {
-                        r.memory
-                    };
+                    let (cpu, memory) = non_zero_requests(c, &r);
+                    non_zero_cpu += cpu;
+                    non_zero_memory += memory;
                     requests.add(&r);
                 }
                 Err(e) => errors.push(format!("spec.containers[{i}].resources.requests: {e}")),
@@ -506,19 +499,29 @@ impl PodInfo {
             }
         }
         // Init containers run one at a time: the pod needs the largest of
-        // them, or the sum of the app containers, whichever is bigger.
-        // (Restartable "sidecar" init containers are counted as app containers.)
+        // them (with the sidecars started before it), or the sum of the app
+        // containers and sidecars, whichever is bigger. Restartable
+        // "sidecar" init containers count as app containers — in the
+        // non-zero requests used for scoring too (kube's PodRequests with
+        // NonMissingContainerRequests).
         let mut init_max = Resource::default();
         let mut sidecars = Resource::default();
+        let (mut nz_init_max, mut nz_sidecars) = ((0, 0), (0, 0));
         for (i, c) in spec.init_containers.iter().flatten().enumerate() {
             match container_requests(c) {
                 Ok(r) => {
+                    let (cpu, memory) = non_zero_requests(c, &r);
                     if c.restart_policy.as_deref() == Some("Always") {
                         sidecars.add(&r);
+                        nz_sidecars = (nz_sidecars.0 + cpu, nz_sidecars.1 + memory);
                     } else {
                         let mut with_sidecars = r.clone();
                         with_sidecars.add(&sidecars);
                         init_max.max_with(&with_sidecars);
+                        nz_init_max = (
+                            nz_init_max.0.max(cpu + nz_sidecars.0),
+                            nz_init_max.1.max(memory + nz_sidecars.1),
+                        );
                     }
                 }
                 Err(e) => errors.push(format!("spec.initContainers[{i}].resources.requests: {e}")),
@@ -526,8 +529,8 @@ impl PodInfo {
         }
         requests.add(&sidecars);
         requests.max_with(&init_max);
-        non_zero_cpu = non_zero_cpu.max(init_max.milli_cpu);
-        non_zero_memory = non_zero_memory.max(init_max.memory);
+        non_zero_cpu = (non_zero_cpu + nz_sidecars.0).max(nz_init_max.0);
+        non_zero_memory = (non_zero_memory + nz_sidecars.1).max(nz_init_max.1);
         if let Some(overhead) = &spec.overhead {
             match Resource::from_list(overhead) {
                 Ok(o) => {
@@ -712,6 +715,22 @@ impl PodInfo {
             && self.preferred_affinity.is_empty()
             && self.preferred_anti_affinity.is_empty())
     }
+}
+
+/// A container's CPU (millicores) and memory requests for scoring: kube's
+/// defaults (100m, 200 MiB) where a request is missing.
+fn non_zero_requests(c: &Container, r: &Resource) -> (i64, i64) {
+    let cpu = if r.milli_cpu == 0 && !has_req(c, "cpu") {
+        DEFAULT_MILLI_CPU_REQUEST
+    } else {
+        r.milli_cpu
+    };
+    let memory = if r.memory == 0 && !has_req(c, "memory") {
+        DEFAULT_MEMORY_REQUEST
+    } else {
+        r.memory
+    };
+    (cpu, memory)
 }
 
 fn has_req(c: &Container, name: &str) -> bool {
@@ -1138,6 +1157,56 @@ mod tests {
             n.generation,
             n.lowest_priority(),
         )
+    }
+
+    /// kube's PodRequests with NonMissingContainerRequests, from its
+    /// sidecar KEP's examples: sidecars add to the app containers, each
+    /// init container needs itself plus the sidecars started before it, and
+    /// a missing request counts as 100m / 200Mi.
+    #[test]
+    fn non_zero_requests_count_sidecars() {
+        let info = |spec: serde_json::Value| {
+            PodInfo::new(Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": spec})).unwrap(),
+            ))
+        };
+        let c = |name: &str, cpu: Option<&str>| match cpu {
+            Some(cpu) => {
+                json!({"name": name, "resources": {"requests": {"cpu": cpu, "memory": "1Mi"}}})
+            }
+            None => json!({"name": name}),
+        };
+        let sidecar = |name: &str, cpu: Option<&str>| {
+            let mut s = c(name, cpu);
+            s["restartPolicy"] = json!("Always");
+            s
+        };
+        // App 300m + sidecar 200m = 500m > init 200m + the sidecar 200m.
+        let p = info(
+            json!({"initContainers": [sidecar("log", Some("200m")), c("init", Some("200m"))],
+            "containers": [c("app", Some("300m"))]}),
+        );
+        assert_eq!(p.non_zero_cpu, 500);
+        // Init 900m + the sidecar before it 200m = 1100m > 500m.
+        let p = info(
+            json!({"initContainers": [sidecar("log", Some("200m")), c("init", Some("900m"))],
+            "containers": [c("app", Some("300m"))]}),
+        );
+        assert_eq!(p.non_zero_cpu, 1100);
+        // A sidecar after the init container does not run beside it.
+        let p = info(
+            json!({"initContainers": [c("init", Some("900m")), sidecar("log", Some("200m"))],
+            "containers": [c("app", Some("300m"))]}),
+        );
+        assert_eq!(p.non_zero_cpu, 900);
+        // Sidecar and app without requests: 100m each, 200Mi each.
+        let p =
+            info(json!({"initContainers": [sidecar("log", None)], "containers": [c("app", None)]}));
+        assert_eq!(
+            (p.non_zero_cpu, p.non_zero_memory),
+            (200, 2 * DEFAULT_MEMORY_REQUEST)
+        );
+        assert_eq!(p.requests.milli_cpu, 0);
     }
 
     #[test]
