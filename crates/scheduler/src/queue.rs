@@ -422,12 +422,36 @@ impl SchedulingQueue {
                 out.push(p);
             }
         }
-        let node: Arc<str> = Arc::from(node);
+        self.enlist(Arc::from(node), pod);
+        out
+    }
+
+    /// Put a nomination in both indexes.
+    fn enlist(&mut self, node: Arc<str>, pod: Arc<PodInfo>) {
         let list = Arc::make_mut(&mut self.nominated_sorted);
         let at = list.partition_point(|(n, _)| **n <= *node);
         list.insert(at, (node.clone(), pod.clone()));
         self.nominated.insert(pod.uid.clone(), (node, pod));
-        out
+    }
+
+    /// A pending pod added or changed: its nomination as kube's nominator
+    /// keeps it (`addNominatedPod` / `updateNominatedPod` without
+    /// nominating info). `status.nominatedNodeName` sets it — so a
+    /// restarted scheduler holds the room its predecessor's preemption
+    /// freed — without clearing others; a nomination only in memory (the
+    /// status write still on its way) is kept while neither version of the
+    /// pod names one; one the status dropped is dropped. The entry always
+    /// takes the newest pod.
+    pub fn update_nomination(&mut self, pod: Arc<PodInfo>) {
+        let from_status = nominated_node_name(&pod);
+        let kept = self
+            .nominated
+            .get(&pod.uid)
+            .and_then(|(node, old)| nominated_node_name(old).is_none().then(|| node.clone()));
+        self.unlist(&pod.uid);
+        if let Some(node) = from_status.map(Arc::from).or(kept) {
+            self.enlist(node, pod);
+        }
     }
 
     /// Take a pod's nomination out of both indexes.
@@ -455,6 +479,15 @@ impl SchedulingQueue {
     pub fn nominated(&mut self) -> Nominated {
         self.nominated_sorted.clone()
     }
+}
+
+/// `status.nominatedNodeName`, when set.
+fn nominated_node_name(pod: &PodInfo) -> Option<&str> {
+    pod.pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .filter(|n| !n.is_empty())
 }
 
 #[cfg(test)]
@@ -513,6 +546,46 @@ mod tests {
         q.clear_nomination("d");
         q.delete("a");
         assert!(list(&mut q).is_empty());
+    }
+
+    /// kube's updateNominatedPod: the status sets a nomination; one only
+    /// in memory survives updates that name none; one the status drops goes.
+    #[test]
+    fn nominations_follow_the_status_of_pod_updates() {
+        let mut q = SchedulingQueue::new(
+            Arc::new(PrioritySort),
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        );
+        let with_status = |name: &str, node: Option<&str>| {
+            let p: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "d", "uid": name},
+                "spec": {"containers": [{"name": "c"}]},
+                "status": {"nominatedNodeName": node}
+            }))
+            .unwrap();
+            Arc::new(PodInfo::new(Arc::new(p)))
+        };
+        let list = |q: &mut SchedulingQueue| -> Vec<(String, String)> {
+            q.nominated()
+                .iter()
+                .map(|(n, p)| (n.to_string(), p.uid.clone()))
+                .collect()
+        };
+        let one = |n: &str, u: &str| vec![(n.to_string(), u.to_string())];
+        q.update_nomination(with_status("a", Some("n1")));
+        assert_eq!(list(&mut q), one("n1", "a"));
+        q.update_nomination(with_status("a", Some("n2")));
+        assert_eq!(list(&mut q), one("n2", "a"));
+        q.update_nomination(with_status("a", None));
+        assert!(list(&mut q).is_empty(), "the status dropped it");
+        // Preemption's nomination, before its status write is seen.
+        q.nominate(with_status("b", None), "n3");
+        q.update_nomination(with_status("b", None));
+        assert_eq!(list(&mut q), one("n3", "b"));
+        // A restored nomination clears no one.
+        q.update_nomination(with_status("c", Some("n3")));
+        assert_eq!(list(&mut q).len(), 2);
     }
 
     #[test]

@@ -671,9 +671,10 @@ impl SchedulerCore {
             self.queue.delete(&uid);
             return;
         }
-        let info = self.pod_info(pod);
+        let info = Arc::new(self.pod_info(pod));
+        self.queue.update_nomination(info.clone());
         let admitted = self.admit(&info);
-        self.queue.add(Arc::new(info), admitted);
+        self.queue.add(info, admitted);
     }
 
     fn report_failure(
@@ -1335,6 +1336,71 @@ mod tests {
             "the deleted pod was queued again: {l:?}"
         );
         assert!(!core.cache().contains("w"));
+    }
+
+    /// A scheduler started after another one preempted for a pod: the
+    /// pod's `status.nominatedNodeName` holds the room its terminating
+    /// victim is freeing, so a lower-priority pod arriving now does not take
+    /// it (kube's nominator reads the status on every add).
+    #[test]
+    fn a_nomination_in_the_status_holds_the_room_after_a_restart() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut core = SchedulerBuilder::without_client()
+            .build_core(rt.handle().clone())
+            .expect("core");
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}}))
+        .expect("node");
+        core.handle_input(Input::NodeApply(Arc::new(node)));
+        let pod = |name: &str, cpu: &str, priority: i32, extra: serde_json::Value| -> Input {
+            let mut p = serde_json::json!({
+                "metadata": {"name": name, "namespace": "default", "uid": name},
+                "spec": {"priority": priority, "containers": [{"name": "c", "image": "nginx",
+                    "resources": {"requests": {"cpu": cpu}}}]}});
+            if let Some(spec) = extra.get("spec").and_then(|v| v.as_object()) {
+                for (k, v) in spec {
+                    p["spec"][k] = v.clone();
+                }
+            }
+            for key in ["metadata", "status"] {
+                if let Some(m) = extra.get(key).and_then(|v| v.as_object()) {
+                    for (k, v) in m {
+                        p[key][k] = v.clone();
+                    }
+                }
+            }
+            Input::PodApply(Arc::new(serde_json::from_value(p).expect("pod")))
+        };
+        // The earlier scheduler's victim, still terminating.
+        core.handle_input(pod(
+            "victim",
+            "2",
+            0,
+            serde_json::json!({"spec": {"nodeName": "n1"},
+                "metadata": {"deletionTimestamp": "2026-12-01T00:00:00Z"},
+                "status": {"conditions": [{"type": "DisruptionTarget", "status": "True",
+                    "reason": "PreemptionByScheduler"}]}}),
+        ));
+        core.handle_input(pod(
+            "big",
+            "3",
+            100,
+            serde_json::json!({"status": {"nominatedNodeName": "n1"}}),
+        ));
+        assert!(
+            matches!(core.schedule_one(), Some(CycleOutcome::Unschedulable(_))),
+            "big waits for its victim"
+        );
+        core.handle_input(pod("small", "1", 0, serde_json::json!({})));
+        let outcome = core.schedule_one();
+        assert!(
+            matches!(outcome, Some(CycleOutcome::Unschedulable(_))),
+            "the small pod took the room held for big: {outcome:?}"
+        );
     }
 
     fn budget(v: serde_json::Value) -> PodDisruptionBudget {
