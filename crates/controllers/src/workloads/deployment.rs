@@ -190,6 +190,24 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<super::Shared>) -> Result<Action
         }
     };
     let rss = claim(ctx, &d, &sel).await.map_err(kerr)?;
+    // A ReplicaSet this controller scaled whose cached copy does not show
+    // it yet: sizes summed now would be stale (and a fresh ReplicaSet
+    // scaled on them could pass replicas + maxSurge). Its event brings the
+    // next sync; the requeue is a backstop.
+    let mut behind = false;
+    for rs in &rss {
+        let key = util::key_of(&rs.metadata);
+        if let Some(written) = ctx.rs_generations.get(&key) {
+            if rs.metadata.generation.unwrap_or(0) < written {
+                behind = true;
+            } else {
+                ctx.rs_generations.forget(&key);
+            }
+        }
+    }
+    if behind {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     let mut s = Sync {
         ctx,
         d: &d,
@@ -606,8 +624,14 @@ impl Sync<'_> {
         self.sync_deployment_revision(rev).await
     }
 
-    async fn patch_rs(&self, i: usize, patch: serde_json::Value) -> Result<ReplicaSet, Err> {
+    /// Write ReplicaSet `i`, guarded by the resourceVersion this sync read
+    /// it at (kube writes it with Update): a decision made from a cached
+    /// copy older than the controller's own last write — sizes summed over
+    /// stale ReplicaSets — is refused with a conflict and made again,
+    /// instead of scaling past `replicas + maxSurge`.
+    async fn patch_rs(&self, i: usize, mut patch: serde_json::Value) -> Result<ReplicaSet, Err> {
         let rs = &self.rss[i];
+        patch["metadata"]["resourceVersion"] = json!(rs.metadata.resource_version);
         let api: Api<ReplicaSet> =
             Api::namespaced(self.ctx.client(accounts::DEPLOYMENT).clone(), &self.ns());
         api.patch(
@@ -638,6 +662,13 @@ impl Sync<'_> {
         });
         let updated = self.patch_rs(i, patch).await?;
         let name = updated.metadata.name.clone().unwrap_or_default();
+        if from != to
+            && let Some(g) = updated.metadata.generation
+        {
+            self.ctx
+                .rs_generations
+                .record(util::key_of(&updated.metadata), g);
+        }
         self.rss[i] = updated;
         if from != to {
             let dir = if to > from { "up" } else { "down" };
@@ -917,6 +948,7 @@ impl Sync<'_> {
                 continue;
             }
             let name = rs.metadata.name.clone().unwrap_or_default();
+            self.ctx.rs_generations.forget(&util::key_of(&rs.metadata));
             match api.delete(&name, &DeleteParams::background()).await {
                 Ok(_) => removed.push(i),
                 Err(e) if crate::is_not_found(&e) => removed.push(i),

@@ -189,6 +189,12 @@ pub(crate) struct Ctx {
     pub revisions: Cache<ControllerRevision>,
     pub leases: Cache<Lease>,
     pub expectations: util::Expectations,
+    /// Generations of the ReplicaSets the Deployment controller last
+    /// scaled, until its cache shows them.
+    pub rs_generations: util::LastWrites<i64>,
+    /// The resourceVersion of each Job status the Job controller last
+    /// wrote, until its cache shows it.
+    pub job_status: util::LastWrites<String>,
     pub pacer: util::Pacer,
     pub pod_index: pod_index::PodIndex,
 }
@@ -298,6 +304,8 @@ pub async fn start(
         revisions: mgr.store::<ControllerRevision>(),
         leases: mgr.store::<Lease>(),
         expectations: util::Expectations::default(),
+        rs_generations: util::LastWrites::default(),
+        job_status: util::LastWrites::default(),
         pacer: util::Pacer::default(),
         pod_index: pod_index::PodIndex::default(),
         opts,

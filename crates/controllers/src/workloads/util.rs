@@ -166,6 +166,34 @@ impl Expectations {
     }
 }
 
+/// What a controller last wrote to objects it then reads from a cache,
+/// by object key: a sync can tell that a cached copy is older than the
+/// controller's own last write, and must not act on it.
+pub(crate) struct LastWrites<T>(Mutex<HashMap<String, T>>);
+
+impl<T> Default for LastWrites<T> {
+    fn default() -> Self {
+        LastWrites(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<T: Clone> LastWrites<T> {
+    /// The controller wrote `key`, which now reads `v`.
+    pub(crate) fn record(&self, key: String, v: T) {
+        lock(&self.0).insert(key, v);
+    }
+
+    /// The last write to `key` not yet seen in the cache.
+    pub(crate) fn get(&self, key: &str) -> Option<T> {
+        lock(&self.0).get(key).cloned()
+    }
+
+    /// The cache shows the write (or the object is gone).
+    pub(crate) fn forget(&self, key: &str) {
+        lock(&self.0).remove(key);
+    }
+}
+
 /// The cache key of pod `ns/name`.
 fn pod_ref(key: &str) -> ObjectRef<Pod> {
     match key.split_once('/') {
