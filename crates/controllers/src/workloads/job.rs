@@ -78,8 +78,9 @@ pub(crate) fn register(mgr: &Manager, ctx: Arc<Ctx>) {
         .watches::<Job, _>(move |job| {
             if job_in_cache(&gone, job).is_none() {
                 let uid = job.metadata.uid.as_deref().unwrap_or_default();
-                gone.expectations
-                    .forget(&format!("job/{}", key_of(&job.metadata)));
+                let key = format!("job/{}", key_of(&job.metadata));
+                gone.expectations.forget(&key);
+                gone.job_status.forget(&key);
                 for p in gone.pod_index.owned_by(&gone.pods, uid) {
                     if has_tracking_finalizer(&p) {
                         lost.add(key_of(&p.metadata));
@@ -311,6 +312,31 @@ fn set_cond(conds: &mut Vec<JobCondition>, t: &str, reason: &str, message: &str)
 async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, ReconcileError> {
     let ctx: &Ctx = &ctx;
     let key = format!("job/{}", key_of(&job.metadata));
+    // A cached Job older than this controller's last status write would
+    // miss pods already counted and gone, and start their work again: read
+    // it from the server until the cache has caught up.
+    let job = match ctx.job_status.get(&key) {
+        Some(rv) if job.metadata.resource_version.as_deref() != Some(&*rv) => {
+            let ns = job.metadata.namespace.clone().unwrap_or_default();
+            let api: Api<Job> = Api::namespaced(ctx.client(accounts::JOB).clone(), &ns);
+            match api
+                .get_opt(job.metadata.name.as_deref().unwrap_or_default())
+                .await
+            {
+                Ok(Some(live)) if live.metadata.uid == job.metadata.uid => Arc::new(live),
+                Ok(_) => {
+                    ctx.job_status.forget(&key);
+                    return Ok(Action::await_change());
+                }
+                Err(e) => return Err(ReconcileError::new(e)),
+            }
+        }
+        Some(_) => {
+            ctx.job_status.forget(&key);
+            job
+        }
+        None => job,
+    };
     let ns = job.metadata.namespace.clone().unwrap_or_default();
     let name = job.metadata.name.clone().unwrap_or_default();
     let spec = job.spec.clone().unwrap_or_default();
@@ -412,8 +438,10 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
     let mut requeue: Option<Duration> = None;
     if !deleting && !cond_true(&conds, "FailureTarget") && !cond_true(&conds, "SuccessCriteriaMet")
     {
+        // Once nothing runs (kube): pods beyond the completions still
+        // running are removed first, as excess, and not counted.
         let complete = match completions {
-            Some(c) => succeeded >= c,
+            Some(c) => succeeded >= c && active.is_empty(),
             None => succeeded > 0 && active.is_empty(),
         };
         if complete {
@@ -615,7 +643,7 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
     if flush {
         // The finished pods are on record before their finalizers go.
         let status = status_of(&counted, &uncounted, &conds, &completion_time);
-        match write_status(ctx, &ns, &name, &rv, status.clone()).await {
+        match write_status(ctx, &key, &job, &rv, status.clone()).await {
             Ok(next) => {
                 rv = next;
                 written = Some(status);
@@ -684,7 +712,7 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
         }
     };
     if !unchanged {
-        match write_status(ctx, &ns, &name, &rv, status).await {
+        match write_status(ctx, &key, &job, &rv, status).await {
             Ok(_) => {}
             Err(e) if crate::is_not_found(&e) => {}
             Err(e) => return Err(ReconcileError::new(e)),
@@ -704,20 +732,23 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<super::Shared>) -> Result<Action, Rec
 /// refused rather than written; returns the new resourceVersion.
 async fn write_status(
     ctx: &Ctx,
-    ns: &str,
-    name: &str,
+    key: &str,
+    job: &Job,
     rv: &str,
     status: serde_json::Value,
 ) -> Result<String, kube::Error> {
+    let ns = job.metadata.namespace.as_deref().unwrap_or_default();
     let api: Api<Job> = Api::namespaced(ctx.client(accounts::JOB).clone(), ns);
     let written = api
         .patch_status(
-            name,
+            job.metadata.name.as_deref().unwrap_or_default(),
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"resourceVersion": rv}, "status": status})),
         )
         .await?;
-    Ok(written.metadata.resource_version.unwrap_or_default())
+    let rv = written.metadata.resource_version.unwrap_or_default();
+    ctx.job_status.record(key.to_string(), rv.clone());
+    Ok(rv)
 }
 
 /// Remove the tracking finalizer from `pod` (kube's
