@@ -57,11 +57,13 @@ use tower::Layer;
 
 pub mod crds;
 pub mod faults;
+pub mod rng;
 
 pub use faults::{
     FaultBody, FaultHandle, FaultLayer, FaultService, FaultStats, Faults, InjectedError, Verb,
 };
 pub use kubeforge_apiserver::UserInfo;
+pub use rng::Rng;
 
 /// Why a test environment could not start.
 #[derive(Debug, thiserror::Error)]
