@@ -13,7 +13,10 @@
 //!   every finished pod counted exactly once, the Job finished as its
 //!   counts say;
 //! - the scheduler placing random pods on random nodes while some are
-//!   deleted: no node ever over its allocatable CPU.
+//!   deleted: no node ever over its allocatable CPU;
+//! - the first three again with a tenth of the controllers' requests
+//!   failing and their watches ending every few seconds: still converging,
+//!   still no violation.
 //!
 //! `KUBEFORGE_INVARIANT_SEED` and `KUBEFORGE_INVARIANT_SCENARIOS` (per
 //! kind; default 3 so CI stays short) set the run; a violation names the
@@ -34,7 +37,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kubeforge_controllers::WorkloadOptions;
-use kubeforge_testenv::{Rng, eventually_some};
+use kubeforge_testenv::{FaultHandle, Faults, Rng, eventually_some};
 use serde_json::json;
 use workloads_common::*;
 
@@ -242,6 +245,13 @@ struct RollBounds {
 async fn rolling_updates_keep_surge_and_availability() {
     let (seed, n) = budget();
     let env = start().await;
+    rolling_updates(&env, seed, n)
+        .await
+        .report("deployment", seed);
+    env.stop().await;
+}
+
+async fn rolling_updates(env: &Env, seed: u64, n: usize) -> Tally {
     let mut rng = Rng::new(seed);
     let _k = delayed_kubelet(
         &env.client,
@@ -367,8 +377,7 @@ async fn rolling_updates_keep_surge_and_availability() {
             .await
             .expect("delete");
     }
-    tally.report("deployment", seed);
-    env.stop().await;
+    tally
 }
 
 /// kubectl's rollout-status rule with every pod on the new template.
@@ -397,6 +406,13 @@ fn ordinal(p: &Pod, prefix: &str) -> Option<i64> {
 async fn ordered_statefulsets_keep_their_order() {
     let (seed, n) = budget();
     let env = start().await;
+    ordered_statefulsets(&env, seed, n)
+        .await
+        .report("statefulset", seed);
+    env.stop().await;
+}
+
+async fn ordered_statefulsets(env: &Env, seed: u64, n: usize) -> Tally {
     let mut rng = Rng::new(seed ^ 2);
     let _k = delayed_kubelet(
         &env.client,
@@ -477,8 +493,7 @@ async fn ordered_statefulsets_keep_their_order() {
             .await
             .expect("delete");
     }
-    tally.report("statefulset", seed);
-    env.stop().await;
+    tally
 }
 
 /// How each pod a Job ran ended, as the watch saw it: its last state, and
@@ -532,6 +547,11 @@ async fn jobs_count_every_pod_once() {
         ..WorkloadOptions::default()
     })
     .await;
+    jobs(&env, seed, n).await.report("job", seed);
+    env.stop().await;
+}
+
+async fn jobs(env: &Env, seed: u64, n: usize) -> Tally {
     let mut rng = Rng::new(seed ^ 4);
     let _k = delayed_kubelet(
         &env.client,
@@ -682,7 +702,43 @@ async fn jobs_count_every_pod_once() {
             .await
             .expect("delete");
     }
-    tally.report("job", seed);
+    tally
+}
+
+/// The same invariants while a tenth of the controllers' requests fail
+/// (500, 409 on writes, 429 with Retry-After) and their watches end every
+/// 1–3 s: each controller keeps making progress, and never breaks an
+/// invariant to do it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_invariants_hold_under_api_errors() {
+    let (seed, n) = budget();
+    let faults = FaultHandle::new(
+        Faults::new()
+            .error_rate(0.1)
+            .retry_after(Duration::from_millis(20))
+            .drop_watches_between(Duration::from_secs(1), Duration::from_secs(3))
+            .seed(seed),
+    );
+    let env = start_with_faults(
+        WorkloadOptions {
+            job_backoff_base: Duration::ZERO,
+            ..WorkloadOptions::default()
+        },
+        &faults,
+    )
+    .await;
+    rolling_updates(&env, seed ^ 0x10, n)
+        .await
+        .report("deployment, API errors", seed);
+    ordered_statefulsets(&env, seed ^ 0x11, n)
+        .await
+        .report("statefulset, API errors", seed);
+    jobs(&env, seed ^ 0x12, n)
+        .await
+        .report("job, API errors", seed);
+    let stats = faults.stats();
+    assert!(stats.errors() > 0, "no error was injected: {stats:?}");
+    println!("injected: {stats:?}");
     env.stop().await;
 }
 

@@ -16,6 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kubeforge_apiserver::ApiServer;
 use kubeforge_controllers::Builtin;
 use kubeforge_controllers::workloads::{self, WorkloadOptions, Workloads};
+use kubeforge_testenv::FaultHandle;
 use serde_json::{Value, json};
 
 pub struct Env {
@@ -38,13 +39,32 @@ pub async fn start() -> Env {
 
 pub async fn start_with(opts: WorkloadOptions) -> Env {
     let server = ApiServer::in_memory().await;
-    server.set_controllers_running(true);
     let client = server.client();
-    let builtin = kubeforge_controllers::start_builtin(client.clone());
+    start_on(server, client.clone(), client, opts).await
+}
+
+/// [`start_with`], the controllers' requests passing through `faults`
+/// (the test's own `client` does not).
+pub async fn start_with_faults(opts: WorkloadOptions, faults: &FaultHandle) -> Env {
+    use tower::Layer;
+    let server = ApiServer::in_memory().await;
+    let faulty = Client::new(faults.layer().layer(server.service()), "default");
+    let client = server.client();
+    start_on(server, faulty, client, opts).await
+}
+
+async fn start_on(
+    server: ApiServer,
+    controllers: Client,
+    client: Client,
+    opts: WorkloadOptions,
+) -> Env {
+    server.set_controllers_running(true);
+    let builtin = kubeforge_controllers::start_builtin(controllers.clone());
     tokio::time::timeout(Duration::from_secs(20), builtin.wait_synced())
         .await
         .expect("builtin controllers synced");
-    let workloads = workloads::start(client.clone(), opts)
+    let workloads = workloads::start(controllers, opts)
         .await
         .expect("workload controllers start");
     Env {
