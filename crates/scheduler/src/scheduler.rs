@@ -1285,6 +1285,34 @@ mod tests {
             .enable_all()
             .build()
             .expect("runtime");
+        let mut core = holding_core(&rt, 10);
+        let pod: Arc<Pod> = Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "w", "namespace": "default", "uid": "w"},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}))
+            .expect("pod"),
+        );
+        core.handle_input(Input::PodApply(pod.clone()));
+        assert_eq!(
+            core.schedule_one(),
+            Some(CycleOutcome::Assumed("n1".into()))
+        );
+        core.handle_input(Input::PodDelete(pod));
+        // Let the binding cycle see the rejection and report it.
+        let failed = next_bind_failure(&rt, &mut core);
+        core.handle_input(failed);
+        let l = core.queue().lengths();
+        assert_eq!(
+            l.active + l.backoff + l.unschedulable + l.gated,
+            0,
+            "the deleted pod was queued again: {l:?}"
+        );
+        assert!(!core.cache().contains("w"));
+    }
+
+    /// A core whose every pod waits at Permit (the Hold plugin), with one
+    /// node of `pods` slots.
+    fn holding_core(rt: &tokio::runtime::Runtime, pods: u32) -> SchedulerCore {
         let mut registry = crate::framework::Registry::new();
         registry
             .register("Hold", |_, _| {
@@ -1302,23 +1330,15 @@ mod tests {
             .expect("core");
         let node: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
-            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}}))
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": pods.to_string()}}}))
         .expect("node");
         core.handle_input(Input::NodeApply(Arc::new(node)));
-        let pod: Arc<Pod> = Arc::new(
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "w", "namespace": "default", "uid": "w"},
-                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}))
-            .expect("pod"),
-        );
-        core.handle_input(Input::PodApply(pod.clone()));
-        assert_eq!(
-            core.schedule_one(),
-            Some(CycleOutcome::Assumed("n1".into()))
-        );
-        core.handle_input(Input::PodDelete(pod));
-        // Let the binding cycle see the rejection and report it.
-        let failed = rt.block_on(async {
+        core
+    }
+
+    /// The binding-cycle failure the core reports next, driving `rt`.
+    fn next_bind_failure(rt: &tokio::runtime::Runtime, core: &mut SchedulerCore) -> Input {
+        rt.block_on(async {
             for _ in 0..1000 {
                 match core.rx.try_recv() {
                     Ok(input @ Input::BindFailed { .. }) => return Some(input),
@@ -1327,15 +1347,63 @@ mod tests {
                 }
             }
             None
-        });
-        core.handle_input(failed.expect("the binding cycle failed"));
-        let l = core.queue().lengths();
+        })
+        .expect("a binding cycle failed")
+    }
+
+    /// A preemption victim waiting at Permit is rejected there ("preempted",
+    /// kube's PreemptPod) rather than deleted: it goes back to the queue,
+    /// and the preemptor is nominated for its room.
+    #[test]
+    fn a_victim_waiting_at_permit_is_rejected_not_deleted() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut core = holding_core(&rt, 1);
+        let pod = |name: &str, priority: i32| -> Arc<Pod> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "namespace": "default", "uid": name},
+                    "spec": {"priority": priority, "containers": [{"name": "c", "image": "nginx"}]}}))
+                .expect("pod"),
+            )
+        };
+        core.handle_input(Input::PodApply(pod("low", 0)));
         assert_eq!(
-            l.active + l.backoff + l.unschedulable + l.gated,
-            0,
-            "the deleted pod was queued again: {l:?}"
+            core.schedule_one(),
+            Some(CycleOutcome::Assumed("n1".into()))
         );
-        assert!(!core.cache().contains("w"));
+        core.handle_input(Input::PodApply(pod("high", 100)));
+        assert!(matches!(
+            core.schedule_one(),
+            Some(CycleOutcome::Unschedulable(_))
+        ));
+        let Input::BindFailed { info, status, .. } = next_bind_failure(&rt, &mut core) else {
+            unreachable!()
+        };
+        assert_eq!(info.pod.uid, "low");
+        assert!(
+            status.message().contains("preempted"),
+            "{}",
+            status.message()
+        );
+        core.handle_input(Input::BindFailed {
+            info,
+            node: "n1".into(),
+            status,
+            profile: "default-scheduler".into(),
+            started: Instant::now(),
+        });
+        assert!(
+            !core.cache().contains("low"),
+            "the rejected victim still holds its room"
+        );
+        assert_eq!(
+            core.queue().lengths().unschedulable,
+            2,
+            "both wait: low requeued, high nominated"
+        );
     }
 
     /// A scheduler started after another one preempted for a pod: the

@@ -64,14 +64,17 @@ impl WaitingPods {
         }
     }
 
-    /// Reject a waiting pod: it is unreserved and requeued.
-    pub fn reject(&self, uid: &str, plugin: &str, message: &str) {
+    /// Reject a waiting pod: it is unreserved and requeued. Returns whether
+    /// the pod was waiting.
+    pub fn reject(&self, uid: &str, plugin: &str, message: &str) -> bool {
         let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(w) = m.get_mut(uid)
             && let Some(tx) = w.done.take()
         {
             let _ = tx.send(Status::unschedulable(message.to_string()).with_plugin(plugin));
+            return true;
         }
+        false
     }
 
     /// The waiting pods with the nodes they were assumed on.

@@ -658,10 +658,23 @@ impl PostFilterPlugin for DefaultPreemption {
             Ok(best) => best,
             Err(s) => return (None, s),
         };
+        // A victim waiting at Permit is rejected there, not deleted (kube's
+        // PreemptPod): it goes back to the queue and its room is freed.
+        let waiting = |v: &PodInfo| {
+            self.handle
+                .waiting_pods
+                .reject(&v.uid, "DefaultPreemption", "preempted")
+        };
+        let to_delete: Vec<_> = best
+            .victims
+            .iter()
+            .filter(|v| !waiting(v))
+            .cloned()
+            .collect();
         // Delete the victims gracefully; the pod is retried when they are gone.
         if let (Some(client), Some(rt)) = (self.handle.client.clone(), self.handle.runtime.clone())
         {
-            for v in best.victims.iter().cloned() {
+            for v in to_delete {
                 let client = client.clone();
                 let preemptor = pod.key();
                 let preemptor_uid = pod.uid.clone();
