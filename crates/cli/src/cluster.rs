@@ -259,9 +259,7 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
             .build();
         for op in &args.operators {
             match op.as_str() {
-                "memcached" => {
-                    kubeforge_operators::memcached::controller::register(&mgr, Default::default())
-                }
+                "memcached" => kubeforge_operators::memcached::controller::register(&mgr),
                 _ => kubeforge_operators::crontab::controller::register(&mgr, Default::default()),
             }
         }

@@ -95,7 +95,7 @@ pub async fn run(args: OperatorArgs) -> Result<()> {
                 options.max_concurrent_reconciles = n;
             }
             let mgr = manager(&a.run, "memcached-operator-lock", "memcached").await?;
-            memcached::controller::register(&mgr, options);
+            memcached::controller::register_with(&mgr, options);
             println!("memcached operator running");
             mgr.run().await.context("running the memcached operator")
         }

@@ -914,7 +914,7 @@ fn memcached_sample_becomes_available_with_its_running_pods() {
         "0",
     ]);
     let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../config/samples/cache_v1alpha1_memcached.yaml");
+        .join("../operators/memcached-operator/config/samples/cache_v1alpha1_memcached.yaml");
     c.ok(&k, &["apply", "-f", &sample.display().to_string()]);
     let out = c.ok(
         &k,

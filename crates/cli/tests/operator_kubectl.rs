@@ -79,9 +79,11 @@ fn kustomize_apply_samples_resize_delete() {
             .expect("start the operator"),
     );
 
-    let samples = repo().join("config/samples");
+    // The Memcached sample is in the operator's own project, as
+    // `kubeforge create api` wrote it (a config/samples kustomization).
+    let samples = repo().join("crates/operators/memcached-operator/config/samples");
     let samples = samples.to_str().expect("utf-8 path");
-    cluster.ok(&kubectl, &["apply", "-f", samples]);
+    cluster.ok(&kubectl, &["apply", "-k", samples]);
 
     let get = |args: &[&str]| {
         let out = cluster.kubectl(&kubectl, args);

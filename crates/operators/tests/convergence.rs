@@ -37,7 +37,7 @@ async fn converges_with_api_errors_and_dropped_watches() {
     common::namespace(&check, ns).await;
     let clock = ManualClock::new(jiff::Timestamp::now());
     let mgr = Manager::builder(env.client()).handle_signals(false).build();
-    memcached::register(
+    memcached::register_with(
         &mgr,
         memcached::Options {
             image: "example.test/memcached:1".into(),

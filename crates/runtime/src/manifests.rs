@@ -101,23 +101,17 @@ pub fn crd_file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural)
 }
 
-/// Write `m` under `config` (a project's `config/` directory); returns the
-/// files that changed.
-pub fn write(config: &Path, m: &Manifests) -> Result<Vec<PathBuf>, ManifestError> {
-    let mut changed = Vec::new();
-    let mut put = |path: PathBuf, text: String| -> Result<(), ManifestError> {
-        if write_if_changed(&path, &text)? {
-            changed.push(path);
-        }
-        Ok(())
-    };
+/// The files `m` makes under `config` (a project's `config/` directory),
+/// each with its text, in a fixed order.
+pub fn render(config: &Path, m: &Manifests) -> Result<Vec<(PathBuf, String)>, ManifestError> {
+    let mut files = Vec::new();
     let mut names = Vec::new();
     for crd in &m.crds {
         let name = crd_file_name(crd);
-        put(
+        files.push((
             config.join("crd/bases").join(&name),
             yaml_stream("a CRD", std::slice::from_ref(crd))?,
-        )?;
+        ));
         names.push(name);
     }
     names.sort();
@@ -130,18 +124,18 @@ pub fn write(config: &Path, m: &Manifests) -> Result<Vec<PathBuf>, ManifestError
     if names.is_empty() {
         kustomization = kustomization.replace("resources:\n", "resources: []\n");
     }
-    put(config.join("crd/kustomization.yaml"), kustomization)?;
+    files.push((config.join("crd/kustomization.yaml"), kustomization));
     if let Some(role) = &m.role {
-        put(
+        files.push((
             config.join("rbac/role.yaml"),
             yaml_stream("the ClusterRole", std::slice::from_ref(role))?,
-        )?;
+        ));
     }
     if let Some(role) = &m.leader_election_role {
-        put(
+        files.push((
             config.join("rbac/leader_election_role.yaml"),
             yaml_stream("the leader election Role", std::slice::from_ref(role))?,
-        )?;
+        ));
     }
     if !m.mutating.is_empty() || !m.validating.is_empty() {
         let mut text = yaml_stream("the mutating webhooks", &m.mutating)?;
@@ -152,9 +146,32 @@ pub fn write(config: &Path, m: &Manifests) -> Result<Vec<PathBuf>, ManifestError
                 .unwrap_or(&validating)
                 .trim_start(),
         );
-        put(config.join("webhook/manifests.yaml"), text)?;
+        files.push((config.join("webhook/manifests.yaml"), text));
+    }
+    Ok(files)
+}
+
+/// Write `m` under `config` (a project's `config/` directory); returns the
+/// files that changed.
+pub fn write(config: &Path, m: &Manifests) -> Result<Vec<PathBuf>, ManifestError> {
+    let mut changed = Vec::new();
+    for (path, text) in render(config, m)? {
+        if write_if_changed(&path, &text)? {
+            changed.push(path);
+        }
     }
     Ok(changed)
+}
+
+/// The files under `config` that do not hold what `m` renders (missing or
+/// different): what a test asserts is empty so that `config/` cannot
+/// drift from the code between two `make manifests`.
+pub fn stale(config: &Path, m: &Manifests) -> Result<Vec<PathBuf>, ManifestError> {
+    Ok(render(config, m)?
+        .into_iter()
+        .filter(|(path, text)| std::fs::read_to_string(path).ok().as_deref() != Some(text.as_str()))
+        .map(|(path, _)| path)
+        .collect())
 }
 
 #[cfg(test)]
@@ -184,6 +201,12 @@ mod tests {
         let crds = std::fs::read_to_string(dir.join("crd/kustomization.yaml")).expect("kust");
         assert!(crds.contains("resources: []"), "{crds}");
         assert!(write(&dir, &m).expect("again").is_empty());
+        assert!(stale(&dir, &m).expect("compare").is_empty());
+        std::fs::write(dir.join("rbac/role.yaml"), "edited\n").expect("edit");
+        assert_eq!(
+            stale(&dir, &m).expect("compare"),
+            vec![dir.join("rbac/role.yaml")]
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

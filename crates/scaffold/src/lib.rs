@@ -259,6 +259,13 @@ pub fn create_webhook(dir: &Path, o: &WebhookOptions) -> Result<Plan, ScaffoldEr
     render::plan(dir, &project)
 }
 
+/// Every file the project at `dir` implies, from its `PROJECT` alone: what
+/// the last `kubeforge create` wrote. [`Plan::drift`] of it lists what is
+/// no longer so.
+pub fn regenerate(dir: &Path) -> Result<Plan, ScaffoldError> {
+    render::plan(dir, &Project::load(dir)?)
+}
+
 /// The project folder at or above `start` (the first with a PROJECT file).
 pub fn find_project(start: &Path) -> Option<PathBuf> {
     start
@@ -286,6 +293,52 @@ mod tests {
             kubeforge: Source::Path("/opt/kubeforge".into()),
             lockfile: None,
         }
+    }
+
+    /// The repository's Memcached sample was made by `kubeforge init` and
+    /// `kubeforge create api`: regenerating it from its PROJECT changes
+    /// nothing (so a scaffold change that would touch it shows up here,
+    /// and the sample is re-run with the scaffold).
+    #[test]
+    fn the_memcached_sample_is_what_the_scaffold_regenerates() {
+        let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../operators/memcached-operator");
+        let plan = regenerate(&sample).expect("the sample's PROJECT");
+        assert!(
+            plan.paths()
+                .any(|p| p.ends_with("src/controllers/memcached.rs")),
+            "the plan covers the controller"
+        );
+        let drift = plan.drift();
+        assert!(
+            drift.is_empty(),
+            "{drift:?} differ from what kubeforge create writes: re-run `kubeforge create api` in the sample, or update it"
+        );
+    }
+
+    #[test]
+    fn drift_lists_changed_generated_files_and_missing_ones() {
+        let dir = tmp("drift");
+        init(&dir, &init_opts())
+            .expect("init")
+            .apply()
+            .expect("write");
+        create_api(&dir, &api("Memcached", "v1alpha1", true))
+            .expect("api")
+            .apply()
+            .expect("write");
+        assert!(regenerate(&dir).expect("plan").drift().is_empty());
+        // Yours: edited is fine, gone is not.
+        std::fs::write(dir.join("src/controllers/memcached.rs"), "// mine\n").expect("edit");
+        assert!(regenerate(&dir).expect("plan").drift().is_empty());
+        std::fs::remove_file(dir.join("tests/memcached.rs")).expect("rm");
+        std::fs::write(dir.join("src/api/mod.rs"), "// edited\n").expect("edit");
+        let plan = regenerate(&dir).expect("plan");
+        let drift: Vec<PathBuf> = plan.drift().into_iter().map(Path::to_path_buf).collect();
+        assert_eq!(
+            drift,
+            vec![dir.join("src/api/mod.rs"), dir.join("tests/memcached.rs")]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn api(kind: &str, version: &str, controller: bool) -> ApiOptions {

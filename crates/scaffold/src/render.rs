@@ -59,6 +59,21 @@ impl Plan {
         self.entries.iter().map(|e| e.path.as_path())
     }
 
+    /// What writing the plan would change: generated files whose content
+    /// differs from what is on disk, and any file that is missing (your
+    /// files count only when they are gone). Empty for a project that the
+    /// scaffold's last run still describes.
+    pub fn drift(&self) -> Vec<&Path> {
+        self.entries
+            .iter()
+            .filter(|e| match std::fs::read_to_string(&e.path) {
+                Ok(have) => e.generated && !same_text(&e.path, &have, &e.text),
+                Err(_) => true,
+            })
+            .map(|e| e.path.as_path())
+            .collect()
+    }
+
     /// Write the plan. Each file goes through a temporary file and a
     /// rename, so an interrupted run leaves whole files.
     pub fn apply(&self) -> Result<Vec<FileChange>, ScaffoldError> {
@@ -71,7 +86,9 @@ impl Plan {
             let have = std::fs::read_to_string(&e.path).ok();
             let change = match (&have, e.generated) {
                 (Some(_), false) => FileChange::Kept(e.path.clone()),
-                (Some(h), true) if *h == e.text => FileChange::Kept(e.path.clone()),
+                (Some(h), true) if same_text(&e.path, h, &e.text) => {
+                    FileChange::Kept(e.path.clone())
+                }
                 (Some(_), true) => FileChange::Updated(e.path.clone()),
                 (None, _) => FileChange::Created(e.path.clone()),
             };
@@ -88,6 +105,34 @@ impl Plan {
         }
         Ok(out)
     }
+}
+
+/// Whether a file holding `have` already says `want`: the same text, or
+/// for Rust sources the same code as `cargo fmt` may have laid it out
+/// (whitespace and the trailing commas rustfmt adds aside), so formatting
+/// a project does not make its generated modules look changed.
+fn same_text(path: &Path, have: &str, want: &str) -> bool {
+    if have == want {
+        return true;
+    }
+    if path.extension().is_none_or(|e| e != "rs") {
+        return false;
+    }
+    fn tokens(s: &str) -> String {
+        let squeezed: Vec<char> = s.chars().filter(|c| !c.is_whitespace()).collect();
+        let mut out = String::with_capacity(squeezed.len());
+        for (i, c) in squeezed.iter().enumerate() {
+            let closes = squeezed
+                .get(i + 1)
+                .is_some_and(|n| matches!(n, ')' | ']' | '}'));
+            if *c == ',' && closes {
+                continue;
+            }
+            out.push(*c);
+        }
+        out
+    }
+    tokens(have) == tokens(want)
 }
 
 /// `{{key}}` → value, for each pair.
@@ -728,4 +773,23 @@ fn webhook_path(p: &Project, r: &Resource) -> String {
         r.version,
         r.kind.to_ascii_lowercase()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_text;
+    use std::path::Path;
+
+    #[test]
+    fn rust_sources_compare_as_cargo_fmt_may_lay_them_out() {
+        let rs = Path::new("src/api/mod.rs");
+        let generated = "pub fn crds() -> Vec<Crd> {\n    vec![\n        a::A::crd(),\n    ]\n}\n";
+        let formatted = "pub fn crds() -> Vec<Crd> {\n    vec![a::A::crd()]\n}\n";
+        assert!(same_text(rs, formatted, generated));
+        let changed = "pub fn crds() -> Vec<Crd> {\n    vec![a::A::crd(), b::B::crd()]\n}\n";
+        assert!(!same_text(rs, changed, generated));
+        // Other files must match exactly.
+        let yaml = Path::new("config/samples/kustomization.yaml");
+        assert!(!same_text(yaml, "resources:\n- a\n", "resources:\n-  a\n"));
+    }
 }

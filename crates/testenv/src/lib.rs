@@ -58,12 +58,14 @@ use tower::Layer;
 pub mod crds;
 pub mod faults;
 pub mod rng;
+pub mod running;
 
 pub use faults::{
     FaultBody, FaultHandle, FaultLayer, FaultService, FaultStats, Faults, InjectedError, Verb,
 };
 pub use kubeforge_apiserver::UserInfo;
 pub use rng::Rng;
+pub use running::{RunningManager, create_namespace, events_about};
 
 /// Why a test environment could not start.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,8 @@
-//! The `Memcached` custom resource (`memcacheds.cache.example.com`, version
-//! `v1alpha1`): the seed book's `operator-sdk create api --group cache
-//! --version v1alpha1 --kind Memcached` type, with its validation in the CRD
-//! schema so the API server refuses bad sizes itself.
+//! The Memcached kind (cache.example.com/v1alpha1), written once by
+//! `kubeforge create api --group cache --version v1alpha1 --kind Memcached`
+//! and filled in: the seed book's `operator-sdk create api` type, with its
+//! validation in the CRD schema so the API server refuses bad sizes itself.
+//! `make manifests` renders the CRD from it. This file is yours.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;

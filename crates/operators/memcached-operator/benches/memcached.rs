@@ -3,7 +3,7 @@
 //! default options. Prints the time from the first create to the last
 //! reconciled object, and reconciles/s from the runtime's metrics.
 //!
-//! `CARGO_TARGET_DIR=/work/bench-target cargo bench -p kubeforge-operators --bench memcached`
+//! `CARGO_TARGET_DIR=/work/bench-target cargo bench -p memcached-operator --bench memcached`
 //! (`MEMCACHED_BENCH_N` changes the count, `MEMCACHED_BENCH_CONCURRENCY`
 //! the operator's max concurrent reconciles, `MEMCACHED_BENCH_TYPED_CACHE=1`
 //! keeps the Manager's caches decoded rather than compact.)
@@ -16,10 +16,10 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams, PostParams};
-use kubeforge_operators::memcached::Memcached;
-use kubeforge_operators::memcached::controller::{self, FINALIZER, Options};
 use kubeforge_runtime::Manager;
 use kubeforge_testenv::TestEnv;
+use memcached_operator::api::cache::v1alpha1::Memcached;
+use memcached_operator::controllers::memcached::{self as controller, FINALIZER, Options};
 
 const NS: &str = "bench";
 
@@ -85,7 +85,7 @@ fn main() {
         .build()
         .expect("runtime");
     rt.block_on(async move {
-        let crd_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/crd/bases");
+        let crd_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/crd/bases");
         let env = TestEnv::builder()
             .crds_from_dir(crd_dir)
             .start()
@@ -113,7 +113,7 @@ fn main() {
             .handle_signals(false)
             .compact_cache(!typed)
             .build();
-        controller::register(&mgr, options);
+        controller::register_with(&mgr, options);
         let metrics = mgr.metrics();
         let shutdown = mgr.shutdown_handle();
         let running = tokio::spawn(mgr.run());

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::{Resource, ResourceExt};
 
-use super::types::Memcached;
+use crate::api::cache::v1alpha1::Memcached;
 
 /// Environment variable naming the memcached image (as the operator-sdk
 /// tutorial's `MEMCACHED_IMAGE`).
@@ -342,7 +342,7 @@ pub fn conditions(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::memcached::types::MemcachedSpec;
+    use crate::api::cache::v1alpha1::MemcachedSpec;
     use k8s_openapi::api::apps::v1::DeploymentCondition;
 
     fn stored(size: i32) -> Memcached {

@@ -1,4 +1,5 @@
-//! The Memcached reconciler, as the operator-sdk tutorial's
+//! The Memcached controller, written once by `kubeforge create api … --kind
+//! Memcached --controller` and filled in as the operator-sdk tutorial's
 //! `MemcachedReconciler` does it:
 //!
 //! 1. A Memcached being deleted: run the finalizer's cleanup (a `Degraded`
@@ -16,7 +17,9 @@
 //!
 //! The controller owns Deployments and watches Pods (mapped to their
 //! Memcached by the `app.kubernetes.io/instance` label), through the
-//! Manager's shared caches.
+//! Manager's shared caches. What it may do is declared where it is
+//! registered ([`register_with`]); `make manifests` renders
+//! `config/rbac/role.yaml` from those declarations. This file is yours.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,9 +36,11 @@ use kubeforge_runtime::{Action, Cache, Manager, ObjectRef, Predicate, ReconcileE
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::desired::{self, DEGRADED, DesiredCondition};
-use super::types::{Memcached, MemcachedStatus};
+use crate::api::cache::v1alpha1::{Memcached, MemcachedStatus};
+use desired::{DEGRADED, DesiredCondition};
 use kubeforge_runtime::api_errors as kube_errors;
+
+pub mod desired;
 
 /// The finalizer the operator puts on every Memcached.
 pub const FINALIZER: &str = "cache.example.com/finalizer";
@@ -78,8 +83,14 @@ pub struct Context {
     options: Options,
 }
 
+/// Registers the Memcached controller with `mgr` with the default
+/// [`Options`] (what the generated `controllers::register_all` calls).
+pub fn register(mgr: &Manager) {
+    register_with(mgr, Options::default());
+}
+
 /// Registers the Memcached controller with `mgr` (it runs with `mgr.run()`).
-pub fn register(mgr: &Manager, options: Options) {
+pub fn register_with(mgr: &Manager, options: Options) {
     let ctx = Context {
         client: mgr.client(),
         events: EventRecorder::new(mgr.client(), CONTROLLER_NAME),
