@@ -25,6 +25,7 @@ use futures::{FutureExt, StreamExt};
 use kube::Resource;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
+use tokio::sync::watch;
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -33,7 +34,7 @@ use crate::action::Action;
 use crate::backoff::{BackoffConfig, ItemBackoff};
 use crate::cache::Cache;
 use crate::error::ReconcileError;
-use crate::informer::{Cacheable, Change, Handle, Informer};
+use crate::informer::{Cacheable, Change, Handle, Informer, Informers, Scope};
 use crate::manager::Manager;
 use crate::metrics::{ControllerLabels, DepthSource, Metrics, QueueLabels, ResultLabels};
 use crate::permissions::{self, Permissions};
@@ -49,20 +50,29 @@ pub struct ControllerBuilder<'m, K: Cacheable, C> {
     mgr: &'m Manager,
     name: String,
     ctx: Arc<C>,
-    sources: Vec<SourceFn<K>>,
+    /// The owned and watched kinds' sources, resolved at
+    /// [`register`](Self::register) against the controller's scope.
+    sources: Vec<PendingSource<K>>,
     predicate: Option<Predicate>,
     max_concurrent: u16,
     resync: Option<Duration>,
     backoff: BackoffConfig,
-    /// Whether each cache the controller reads (primary, owned, watched)
-    /// has listed: no reconcile runs before all have.
-    synced: Vec<tokio::sync::watch::Receiver<bool>>,
+    /// Which `K`s the controller caches (the kind's default cache when
+    /// `None`).
+    scope: Option<Scope>,
     /// What the controller reads and writes (see [`crate::permissions`]).
     permissions: Permissions,
 }
 
 /// Subscribes one trigger source when the controller starts.
 type SourceFn<K> = Box<dyn FnOnce(&Arc<Shared<K>>) -> BoxStream<'static, ObjectRef<K>> + Send>;
+
+/// An owned or watched kind's source before the controller's scope is
+/// known: given the informers and that scope, its cache's readiness (no
+/// reconcile runs before every cache the controller reads has listed) and
+/// its trigger source.
+type PendingSource<K> =
+    Box<dyn FnOnce(&Informers, Option<&Scope>) -> (watch::Receiver<bool>, SourceFn<K>) + Send>;
 
 impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
     pub(crate) fn new(mgr: &'m Manager, name: &str, ctx: C) -> Self {
@@ -75,7 +85,7 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
             max_concurrent: 1,
             resync: None,
             backoff: BackoffConfig::default(),
-            synced: Vec::new(),
+            scope: None,
             permissions: {
                 let mut p = Permissions::new();
                 p.allow_kind::<K>(None, permissions::READ);
@@ -97,26 +107,31 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
             .allow_kind::<Child>(None, permissions::READ)
             .allow_kind::<Child>(None, permissions::WRITE)
             .allow_kind::<K>(Some("finalizers"), &["update"]);
-        let informer = self.mgr.informers().get::<Child>();
-        self.synced.push(informer.ready());
-        self.sources.push(Box::new(move |_shared: &Arc<Shared<K>>| {
-            let (rx, _) = informer.subscribe();
-            rx.flat_map(|change| {
-                let mut refs: Vec<ObjectRef<K>> = Vec::new();
-                match &change {
-                    Change::Applied { old, new } => {
-                        refs.extend(controller_owner::<K, Child>(new));
-                        if let Some(old) = old {
-                            refs.extend(controller_owner::<K, Child>(old));
+        self.sources
+            .push(Box::new(|informers: &Informers, scope: Option<&Scope>| {
+                let informer =
+                    informers.get_in::<Child>(scope.and_then(Scope::namespace_only).as_ref());
+                let ready = informer.ready();
+                let source: SourceFn<K> = Box::new(move |_shared: &Arc<Shared<K>>| {
+                    let (rx, _) = informer.subscribe();
+                    rx.flat_map(|change| {
+                        let mut refs: Vec<ObjectRef<K>> = Vec::new();
+                        match &change {
+                            Change::Applied { old, new } => {
+                                refs.extend(controller_owner::<K, Child>(new));
+                                if let Some(old) = old {
+                                    refs.extend(controller_owner::<K, Child>(old));
+                                }
+                            }
+                            Change::Deleted(o) => refs.extend(controller_owner::<K, Child>(o)),
                         }
-                    }
-                    Change::Deleted(o) => refs.extend(controller_owner::<K, Child>(o)),
-                }
-                refs.dedup();
-                stream::iter(refs)
-            })
-            .boxed()
-        }));
+                        refs.dedup();
+                        stream::iter(refs)
+                    })
+                    .boxed()
+                });
+                (ready, source)
+            }));
         self
     }
 
@@ -140,31 +155,50 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
     {
         self.permissions
             .allow_kind::<Other>(None, permissions::READ);
-        let informer = self.mgr.informers().get::<Other>();
-        self.synced.push(informer.ready());
         let mapper = Arc::new(mapper);
-        self.sources.push(Box::new(move |_shared: &Arc<Shared<K>>| {
-            let (rx, _) = informer.subscribe();
-            rx.flat_map(move |change| {
-                let mut refs: Vec<ObjectRef<K>> = Vec::new();
-                match &change {
-                    Change::Applied { old, new } => {
-                        refs.extend(mapper(new));
-                        if let Some(old) = old {
-                            refs.extend(mapper(old));
+        self.sources.push(Box::new(
+            move |informers: &Informers, scope: Option<&Scope>| {
+                let informer =
+                    informers.get_in::<Other>(scope.and_then(Scope::namespace_only).as_ref());
+                let ready = informer.ready();
+                let source: SourceFn<K> = Box::new(move |_shared: &Arc<Shared<K>>| {
+                    let (rx, _) = informer.subscribe();
+                    rx.flat_map(move |change| {
+                        let mut refs: Vec<ObjectRef<K>> = Vec::new();
+                        match &change {
+                            Change::Applied { old, new } => {
+                                refs.extend(mapper(new));
+                                if let Some(old) = old {
+                                    refs.extend(mapper(old));
+                                }
+                            }
+                            Change::Deleted(o) => refs.extend(mapper(o)),
                         }
-                    }
-                    Change::Deleted(o) => refs.extend(mapper(o)),
-                }
-                // One key per object: a namespace on a cluster-scoped
-                // kind's ref would make a second key, reconciled apart.
-                for r in &mut refs {
-                    normalize(r);
-                }
-                stream::iter(refs)
-            })
-            .boxed()
-        }));
+                        // One key per object: a namespace on a cluster-scoped
+                        // kind's ref would make a second key, reconciled apart.
+                        for r in &mut refs {
+                            normalize(r);
+                        }
+                        stream::iter(refs)
+                    })
+                    .boxed()
+                });
+                (ready, source)
+            },
+        ));
+        self
+    }
+
+    /// Cache and reconcile only the `K`s in `scope` — a namespace, label
+    /// and field selectors — instead of the kind's default cache.
+    /// Controllers with equal scopes share one cache; read it with
+    /// [`Manager::store_in`]. The owned and watched kinds are cached in
+    /// the scope's namespace (without its selectors: children need not
+    /// carry the owner's labels). The manager-wide
+    /// [`namespace`](crate::ManagerBuilder::namespace) applies when the
+    /// scope names none.
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.scope = Some(scope);
         self
     }
 
@@ -245,7 +279,8 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
         Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
     {
         self.mgr.permits_all(&self.permissions);
-        let informer = self.mgr.informers().get::<K>();
+        let informers = self.mgr.informers();
+        let informer = informers.get_in::<K>(self.scope.as_ref());
         let metrics = self.mgr.metrics();
         let handles = informer.handles();
         let shared = Arc::new(Shared {
@@ -261,8 +296,11 @@ impl<'m, K: Cacheable, C: Send + Sync + 'static> ControllerBuilder<'m, K, C> {
             tracker: self.mgr.reconciles(),
         });
         metrics.init_controller(&self.name, self.max_concurrent, shared.clone());
-        let mut sources = self.sources;
-        let mut synced = self.synced;
+        let (mut synced, mut sources): (Vec<_>, Vec<_>) = self
+            .sources
+            .into_iter()
+            .map(|pending| pending(informers, self.scope.as_ref()))
+            .unzip();
         synced.push(informer.ready());
         sources.insert(0, primary_source(informer, self.predicate));
         let run = Running {
@@ -314,8 +352,7 @@ fn normalize<K: Cacheable>(r: &mut ObjectRef<K>) {
 
 /// Whether `K` is namespaced.
 fn is_namespaced<K: Cacheable>() -> bool {
-    std::any::TypeId::of::<K::Scope>()
-        != std::any::TypeId::of::<k8s_openapi::ClusterResourceScope>()
+    <K::Scope as crate::informer::CacheScope>::NAMESPACED
 }
 
 /// Trigger source of the primary kind: every creation, updates that pass

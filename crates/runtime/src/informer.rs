@@ -80,6 +80,9 @@ impl<K> Cacheable for K where
 /// cluster-scoped markers, which every typed kind (kube-derive's included)
 /// carries.
 pub trait CacheScope: 'static + Sized {
+    /// Whether objects of this scope live in namespaces.
+    const NAMESPACED: bool;
+
     /// The API listing and watching the `K`s of namespace `ns` (every
     /// namespace when `None`); a cluster-scoped kind has no namespace, and
     /// `ns` is ignored.
@@ -90,6 +93,7 @@ pub trait CacheScope: 'static + Sized {
 }
 
 impl CacheScope for k8s_openapi::NamespaceResourceScope {
+    const NAMESPACED: bool = true;
     fn watch_api<K: Resource<Scope = Self, DynamicType = ()>>(
         client: Client,
         ns: Option<&str>,
@@ -102,6 +106,7 @@ impl CacheScope for k8s_openapi::NamespaceResourceScope {
 }
 
 impl CacheScope for k8s_openapi::ClusterResourceScope {
+    const NAMESPACED: bool = false;
     fn watch_api<K: Resource<Scope = Self, DynamicType = ()>>(
         client: Client,
         _ns: Option<&str>,
@@ -260,13 +265,14 @@ impl<K: Cacheable> WatchScope<K> {
 }
 
 impl<K: Cacheable> Informer<K> {
-    fn new(compact: bool, namespace: Option<String>) -> Informer<K> {
+    fn new(compact: bool, namespace: Option<String>, scope: Option<&Scope>) -> Informer<K> {
         let writer = Writer::<Handle<K>>::default();
         let kind = format!(
-            "{}.{}{}",
+            "{}.{}{}{}",
             K::kind(&()),
             K::api_version(&()),
-            if K::metadata_api() { " (metadata)" } else { "" }
+            if K::metadata_api() { " (metadata)" } else { "" },
+            scope.map(|s| format!(" [{s}]")).unwrap_or_default()
         );
         let (ready_tx, ready_rx) = watch::channel(false);
         Informer {
@@ -500,12 +506,89 @@ impl<K: Cacheable> ErasedInformer for Informer<K> {
     }
 }
 
-/// One informer: its type, itself (to downcast) and itself kind-erased.
+/// One informer: its type and scope (`None`: the kind's default cache),
+/// itself (to downcast) and itself kind-erased.
 type Entry = (
     std::any::TypeId,
+    Option<Scope>,
     Arc<dyn Any + Send + Sync>,
     Arc<dyn ErasedInformer>,
 );
+
+/// Which objects of a kind a controller's cache holds
+/// ([`ControllerBuilder::scope`](crate::ControllerBuilder::scope)): those
+/// in one namespace, matching a label and a field selector. Controllers
+/// whose scopes are equal share one cache (one list and watch); a kind's
+/// default cache — [`Manager::store`](crate::Manager::store), and every
+/// controller without a scope — is another.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Scope {
+    namespace: Option<String>,
+    labels: String,
+    fields: String,
+}
+
+impl Scope {
+    /// Every object (in the manager's namespace, when it has one).
+    pub fn all() -> Scope {
+        Scope::default()
+    }
+
+    /// The objects in namespace `ns` (cluster-scoped kinds have none and
+    /// are not narrowed by it). The list and watch go to the namespace's
+    /// URL, so RBAC in that namespace is enough.
+    pub fn namespace(ns: &str) -> Scope {
+        Scope {
+            namespace: Some(ns.to_string()),
+            ..Scope::default()
+        }
+    }
+
+    /// Only the objects matching label selector `selector` (kube's
+    /// syntax: `app=web,tier!=db`).
+    pub fn labels(mut self, selector: &str) -> Scope {
+        self.labels = selector.to_string();
+        self
+    }
+
+    /// Only the objects matching field selector `selector`
+    /// (`status.phase=Running`).
+    pub fn fields(mut self, selector: &str) -> Scope {
+        self.fields = selector.to_string();
+        self
+    }
+
+    /// The namespace, if one was given.
+    pub fn namespace_name(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// The same namespace without the selectors: what a scoped
+    /// controller's owned and watched kinds are cached under (their
+    /// objects need not carry the primary kind's labels).
+    pub(crate) fn namespace_only(&self) -> Option<Scope> {
+        self.namespace.as_ref().map(|ns| Scope::namespace(ns))
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(ns) = &self.namespace {
+            parts.push(format!("namespace={ns}"));
+        }
+        if !self.labels.is_empty() {
+            parts.push(format!("labels={}", self.labels));
+        }
+        if !self.fields.is_empty() {
+            parts.push(format!("fields={}", self.fields));
+        }
+        if parts.is_empty() {
+            parts.push("all".into());
+        }
+        f.write_str(&parts.join(" "))
+    }
+}
 
 /// The manager's informers, one per kind.
 pub(crate) struct Informers {
@@ -527,19 +610,55 @@ impl Informers {
         }
     }
 
-    /// The informer for `K`, created on first use.
+    /// The default informer for `K`, created on first use.
     pub(crate) fn get<K: Cacheable>(&self) -> Arc<Informer<K>> {
+        self.get_in::<K>(None)
+    }
+
+    /// The informer for `K` under `scope` (the default one when `None`),
+    /// created on first use and shared by every caller with an equal scope.
+    pub(crate) fn get_in<K: Cacheable>(&self, scope: Option<&Scope>) -> Arc<Informer<K>> {
+        // A cluster-scoped kind has no namespace to narrow by, and a scope
+        // that narrows nothing is the default cache.
+        let scope = scope
+            .map(|sc| Scope {
+                namespace: if K::Scope::NAMESPACED {
+                    sc.namespace.clone()
+                } else {
+                    None
+                },
+                ..sc.clone()
+            })
+            .filter(|sc| *sc != Scope::default());
+        let scope = scope.as_ref();
         let id = std::any::TypeId::of::<K>();
         let mut all = lock(&self.by_type);
-        for (t, any, _) in all.iter() {
+        for (t, sc, any, _) in all.iter() {
             if *t == id
+                && sc.as_ref() == scope
                 && let Ok(inf) = any.clone().downcast::<Informer<K>>()
             {
                 return inf;
             }
         }
-        let inf = Arc::new(Informer::<K>::new(self.compact, self.namespace.clone()));
-        all.push((id, inf.clone(), inf.clone()));
+        let inf = match scope {
+            None => Informer::<K>::new(self.compact, self.namespace.clone(), None),
+            Some(sc) => {
+                let ns = sc.namespace.clone().or_else(|| self.namespace.clone());
+                let inf = Informer::<K>::new(self.compact, ns, Some(sc));
+                inf.scope(|w| {
+                    if !sc.labels.is_empty() {
+                        w.config = std::mem::take(&mut w.config).labels(&sc.labels);
+                    }
+                    if !sc.fields.is_empty() {
+                        w.config = std::mem::take(&mut w.config).fields(&sc.fields);
+                    }
+                });
+                inf
+            }
+        };
+        let inf = Arc::new(inf);
+        all.push((id, scope.cloned(), inf.clone(), inf.clone()));
         inf
     }
 
@@ -547,7 +666,7 @@ impl Informers {
     pub(crate) fn all(&self) -> Vec<Arc<dyn ErasedInformer>> {
         lock(&self.by_type)
             .iter()
-            .map(|(_, _, e)| e.clone())
+            .map(|(_, _, _, e)| e.clone())
             .collect()
     }
 }
@@ -557,6 +676,30 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+
+    #[test]
+    fn equal_scopes_share_a_cache_and_empty_ones_are_the_default() {
+        use k8s_openapi::api::core::v1::Namespace;
+        let informers = Informers::new(true, None);
+        let team = Scope::namespace("team").labels("app=web");
+        let a = informers.get_in::<ConfigMap>(Some(&team));
+        let b = informers.get_in::<ConfigMap>(Some(&team.clone()));
+        assert!(Arc::ptr_eq(&a, &b), "one cache per distinct scope");
+        let other = informers.get_in::<ConfigMap>(Some(&Scope::namespace("team")));
+        assert!(!Arc::ptr_eq(&a, &other));
+        let default = informers.get::<ConfigMap>();
+        assert!(Arc::ptr_eq(
+            &default,
+            &informers.get_in::<ConfigMap>(Some(&Scope::all()))
+        ));
+        // A namespace does not narrow a cluster-scoped kind.
+        assert!(Arc::ptr_eq(
+            &informers.get::<Namespace>(),
+            &informers.get_in::<Namespace>(Some(&Scope::namespace("team")))
+        ));
+        assert_eq!(informers.all().len(), 4);
+        assert_eq!(team.to_string(), "namespace=team labels=app=web");
+    }
 
     #[test]
     fn prune_drops_managed_fields_and_last_applied_only() {

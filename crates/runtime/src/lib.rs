@@ -79,7 +79,7 @@ pub use backoff::BackoffConfig;
 pub use cache::{Cache, CacheClosed};
 pub use controller::ControllerBuilder;
 pub use error::{BoxError, Error, ReconcileError};
-pub use informer::{CacheScope, Cacheable, LAST_APPLIED_ANNOTATION, prune};
+pub use informer::{CacheScope, Cacheable, LAST_APPLIED_ANNOTATION, Scope, prune};
 pub use kube::core::PartialObjectMeta;
 pub use kube::runtime::reflector::ObjectRef;
 pub use leader::LeaderElection;

@@ -18,7 +18,7 @@ use crate::BackoffConfig;
 use crate::admin::{self, AdminState};
 use crate::controller::{ControllerBuilder, StartFn};
 use crate::error::Error;
-use crate::informer::{Cacheable, Informers};
+use crate::informer::{Cacheable, Informers, Scope};
 use crate::leader::{Elector, LeaderElection, LeaderState};
 use crate::metrics::Metrics;
 use crate::permissions::Permissions;
@@ -294,6 +294,13 @@ impl Manager {
     /// list arrives (`store.wait_until_ready().await`).
     pub fn store<K: Cacheable>(&self) -> Cache<K> {
         self.informers.get::<K>().cache()
+    }
+
+    /// The cache of the `K`s in `scope`: the one the controllers
+    /// [scoped](crate::ControllerBuilder::scope) to it read (one watch per
+    /// kind and distinct scope).
+    pub fn store_in<K: Cacheable>(&self, scope: &Scope) -> Cache<K> {
+        self.informers.get_in::<K>(Some(scope)).cache()
     }
 
     /// The shared metadata-only cache of kind `K` (`PartialObjectMeta<K>`,

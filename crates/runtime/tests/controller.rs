@@ -1495,3 +1495,148 @@ async fn a_manager_namespace_scopes_every_namespaced_cache() {
     stop.shutdown();
     assert!(matches!(run.await, Ok(Ok(()))));
 }
+
+/// One kind under two scopes: controllers of ConfigMaps scoped to
+/// `team` with `app=web`, to `default`, and unscoped each reconcile only
+/// their own objects, from caches of their own (`Manager::store_in`); a
+/// scoped controller's owned kind is cached in its namespace and still
+/// triggers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_kind_under_two_scopes() {
+    use kubeforge_runtime::Scope;
+    use std::collections::BTreeSet;
+    let server = ApiServer::in_memory().await;
+    let admin = server.client();
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "team"}}))
+            .expect("namespace");
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    let mgr = Manager::builder(admin.clone())
+        .handle_signals(false)
+        .build();
+    let web_in_team = Scope::namespace("team").labels("app=web");
+    let seen: Arc<Mutex<Vec<(&'static str, String)>>> = Arc::default();
+    let recorder = |controller: &'static str| {
+        let seen = seen.clone();
+        move |cm: Arc<ConfigMap>, _: Arc<()>| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap_or_else(|p| p.into_inner()).push((
+                    controller,
+                    format!(
+                        "{}/{}",
+                        cm.metadata.namespace.clone().unwrap_or_default(),
+                        cm.metadata.name.clone().unwrap_or_default()
+                    ),
+                ));
+                Ok(Action::await_change())
+            }
+        }
+    };
+    mgr.controller::<ConfigMap, _>("web-in-team", ())
+        .scope(web_in_team.clone())
+        .owns::<Secret>()
+        .register(recorder("web-in-team"));
+    mgr.controller::<ConfigMap, _>("in-default", ())
+        .scope(Scope::namespace("default"))
+        .register(recorder("in-default"));
+    mgr.controller::<ConfigMap, _>("everywhere", ())
+        .register(recorder("everywhere"));
+    let scoped = mgr.store_in::<ConfigMap>(&web_in_team);
+    let stop = mgr.shutdown_handle();
+    let run = tokio::spawn(mgr.run());
+
+    let make = |ns: &str, name: &str, app: &str| {
+        let mut c = cm(name);
+        c.metadata.namespace = Some(ns.into());
+        c.metadata.labels = Some(BTreeMap::from([("app".to_string(), app.to_string())]));
+        c
+    };
+    let mut web_uid = String::new();
+    for c in [
+        make("team", "web", "web"),
+        make("team", "db", "db"),
+        make("default", "settings", "web"),
+    ] {
+        let ns = c.metadata.namespace.clone().unwrap_or_default();
+        let made = Api::<ConfigMap>::namespaced(admin.clone(), &ns)
+            .create(&PostParams::default(), &c)
+            .await
+            .expect("create configmap");
+        if made.metadata.name.as_deref() == Some("web") {
+            web_uid = made.metadata.uid.unwrap_or_default();
+        }
+    }
+    let by = |controller: &str| -> BTreeSet<String> {
+        seen.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(c, _)| *c == controller)
+            .map(|(_, o)| o.clone())
+            .collect()
+    };
+    eventually(
+        "every controller reconciled",
+        Duration::from_secs(10),
+        || {
+            let done = by("web-in-team").len() == 1
+                && by("in-default").len() == 1
+                && by("everywhere").len() == 3;
+            async move { done }
+        },
+    )
+    .await;
+    assert_eq!(by("web-in-team"), BTreeSet::from(["team/web".to_string()]));
+    assert_eq!(
+        by("in-default"),
+        BTreeSet::from(["default/settings".to_string()])
+    );
+    assert_eq!(
+        by("everywhere"),
+        BTreeSet::from([
+            "default/settings".to_string(),
+            "team/db".to_string(),
+            "team/web".to_string()
+        ])
+    );
+    let cached: Vec<String> = scoped
+        .state()
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    assert_eq!(cached, ["web"], "the scoped cache holds only its objects");
+
+    // A Secret controlled by team/web triggers the scoped controller again.
+    let count = |controller: &str| {
+        seen.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(c, _)| *c == controller)
+            .count()
+    };
+    let before = count("web-in-team");
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web-secret", "namespace": "team", "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "web", "uid": web_uid, "controller": true
+        }]}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(admin.clone(), "team")
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    eventually(
+        "the owner reconciled again",
+        Duration::from_secs(10),
+        || {
+            let again = count("web-in-team") > before;
+            async move { again }
+        },
+    )
+    .await;
+    stop.shutdown();
+    assert!(matches!(run.await, Ok(Ok(()))));
+}
