@@ -36,7 +36,7 @@ use crate::cache::Cache;
 use crate::error::ReconcileError;
 use crate::informer::{Cacheable, Change, Handle, Informer, Informers, Scope};
 use crate::manager::Manager;
-use crate::metrics::{ControllerLabels, DepthSource, Metrics, QueueLabels, ResultLabels};
+use crate::metrics::{ControllerLabels, DepthSource, Metrics, QueueLabels};
 use crate::permissions::{self, Permissions};
 use crate::predicates::Predicate;
 use crate::sync::lock;
@@ -452,13 +452,7 @@ impl<K: Cacheable> Shared<K> {
     }
 
     fn count(&self, result: &str) {
-        self.metrics
-            .reconcile_total
-            .get_or_create(&ResultLabels {
-                controller: self.name.clone(),
-                result: result.to_string(),
-            })
-            .inc();
+        self.metrics.count_reconcile(&self.name, result);
     }
 
     /// A rate-limited requeue: the next backoff step.

@@ -6,16 +6,19 @@
 //! started once leading, stopped (and their reconciles given the grace
 //! period, or aborted when the Lease is lost) with the others — the same
 //! reconcile signature, [`Action`] and per-object backoff (5 ms → 1000 s
-//! by default; terminal errors are not retried), caught panics, and the
-//! permissions they need recorded for [`Manager::permissions`]. They keep
-//! their own caches (one watch of the primary kind, a metadata watch per
-//! owned kind) rather than the manager's typed, shared ones, and do not
-//! wait for the owned kinds' first lists before the first reconcile: read
-//! children through the API when a reconcile must not miss one.
+//! by default; terminal errors are not retried; `Action::requeue(0)` is a
+//! rate-limited requeue), caught panics, controller-runtime's
+//! `controller_runtime_reconcile_*` and `_active_workers` metrics under the
+//! controller's name (no `workqueue_*`: the queue is kube-runtime's), and
+//! the permissions they need recorded for [`Manager::permissions`]. They
+//! keep their own watches (one of the primary kind, a metadata watch per
+//! owned kind) rather than the manager's typed, shared caches, and expose
+//! no cache of the owned kinds: read children through the API.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::{FutureExt, StreamExt};
 use kube::api::{Api, ApiResource, DynamicObject};
@@ -26,6 +29,7 @@ use crate::backoff::{BackoffConfig, ItemBackoff};
 use crate::controller::{Failed, panic_message};
 use crate::error::ReconcileError;
 use crate::manager::Manager;
+use crate::metrics::ControllerLabels;
 use crate::permissions::{self, Permissions};
 
 /// An object's identity for its backoff: namespace and name.
@@ -155,6 +159,11 @@ impl<C: Send + Sync + 'static> DynamicControllerBuilder<'_, C> {
         let concurrency = self.concurrency;
         let backoff = Arc::new(ItemBackoff::<Key>::new(self.backoff));
         let reconcile = Arc::new(reconcile);
+        let metrics = self.mgr.metrics();
+        metrics.init_reconciles(&self.name, concurrency);
+        let labels = ControllerLabels {
+            controller: self.name.clone(),
+        };
         self.mgr.add_controller(
             self.name,
             Box::new(move |stop| {
@@ -175,22 +184,58 @@ impl<C: Send + Sync + 'static> DynamicControllerBuilder<'_, C> {
                             move |obj: Arc<DynamicObject>, ctx: Arc<C>| {
                                 let key = key_of(&obj);
                                 let backoff = on_ok.clone();
+                                let (m, labels) = (metrics.clone(), labels.clone());
+                                let name = labels.controller.clone();
+                                let workers = m.active_workers.get_or_create_owned(&labels);
+                                workers.inc();
+                                let started = Instant::now();
                                 let fut = reconcile(obj, ctx);
                                 async move {
                                     let outcome = AssertUnwindSafe(fut).catch_unwind().await;
+                                    workers.dec();
+                                    m.reconcile_time
+                                        .get_or_create(&labels)
+                                        .observe(started.elapsed().as_secs_f64());
                                     let result = match outcome {
                                         Ok(r) => r,
-                                        Err(panic) => Err(ReconcileError::new(format!(
-                                            "reconcile panicked: {}",
-                                            panic_message(&*panic).unwrap_or_else(|| "no message".into())
-                                        ))),
+                                        Err(panic) => {
+                                            m.reconcile_panics.get_or_create(&labels).inc();
+                                            Err(ReconcileError::new(format!(
+                                                "reconcile panicked: {}",
+                                                panic_message(&*panic).unwrap_or_else(|| "no message".into())
+                                            )))
+                                        }
                                     };
                                     match result {
-                                        Ok(action) => {
-                                            backoff.forget(&key);
-                                            Ok(action.into())
+                                        Ok(action) => match action.requeue_after() {
+                                            None => {
+                                                backoff.forget(&key);
+                                                m.count_reconcile(&name, "success");
+                                                Ok(action.into())
+                                            }
+                                            Some(d) if d.is_zero() => {
+                                                m.count_reconcile(&name, "requeue");
+                                                Ok(kube::runtime::controller::Action::requeue(
+                                                    backoff.when(key),
+                                                ))
+                                            }
+                                            Some(_) => {
+                                                backoff.forget(&key);
+                                                m.count_reconcile(&name, "requeue_after");
+                                                Ok(action.into())
+                                            }
+                                        },
+                                        Err(e) => {
+                                            m.count_reconcile(&name, "error");
+                                            m.reconcile_errors.get_or_create(&labels).inc();
+                                            if e.is_terminal() {
+                                                m.terminal_reconcile_errors
+                                                    .get_or_create(&labels)
+                                                    .inc();
+                                                backoff.forget(&key);
+                                            }
+                                            Err(Failed::from(e))
                                         }
-                                        Err(e) => Err(Failed::from(e)),
                                     }
                                 }
                             },

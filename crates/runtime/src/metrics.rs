@@ -245,6 +245,14 @@ impl Metrics {
         max_concurrent: u16,
         depth: Arc<dyn DepthSource>,
     ) {
+        self.init_reconciles(name, max_concurrent);
+        self.init_queue(name, depth);
+    }
+
+    /// Declare a controller's `controller_runtime_*` families (not its
+    /// queue's: a [dynamic controller](crate::dynamic)'s queue is
+    /// kube-runtime's, whose depth cannot be read).
+    pub(crate) fn init_reconciles(&self, name: &str, max_concurrent: u16) {
         let c = ControllerLabels {
             controller: name.to_string(),
         };
@@ -262,7 +270,17 @@ impl Metrics {
             .get_or_create(&c)
             .set(i64::from(max_concurrent));
         self.active_workers.get_or_create(&c).set(0);
-        self.init_queue(name, depth);
+    }
+
+    /// Count one reconcile of `controller` ending in `result` (`success`,
+    /// `error`, `requeue`, `requeue_after`).
+    pub(crate) fn count_reconcile(&self, controller: &str, result: &str) {
+        self.reconcile_total
+            .get_or_create(&ResultLabels {
+                controller: controller.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
     }
 
     /// Declare a work queue named `name` (a controller's, or a

@@ -100,6 +100,7 @@ async fn dynamic_controller_reconciles_owns_and_retries() {
     assert!(p.allows("example.com", "widgets/status", "patch"));
     assert!(p.allows("", "configmaps", "create"));
     assert!(!p.allows("", "secrets", "get"));
+    let metrics = mgr.metrics();
     let stop = mgr.shutdown_handle();
     let running = tokio::spawn(mgr.run());
 
@@ -182,5 +183,38 @@ async fn dynamic_controller_reconciles_owns_and_retries() {
 
     stop.shutdown();
     running.await.expect("task").expect("clean stop");
+
+    // Counted as controller-runtime counts, under the controller's name
+    // (read once the manager has stopped: nothing moves them then).
+    let sample = |line_start: &str| -> f64 {
+        metrics
+            .encode()
+            .lines()
+            .find(|l| l.starts_with(line_start))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        sample("controller_runtime_reconcile_total{controller=\"widget\",result=\"success\"}")
+            >= 2.0,
+        "{}",
+        metrics.encode()
+    );
+    let errors = sample("controller_runtime_reconcile_errors_total{controller=\"widget\"}");
+    assert!(errors >= 3.0, "{}", metrics.encode());
+    assert_eq!(
+        sample("controller_runtime_reconcile_total{controller=\"widget\",result=\"error\"}"),
+        errors
+    );
+    assert!(
+        sample("controller_runtime_reconcile_time_seconds_count{controller=\"widget\"}") >= 5.0,
+        "{}",
+        metrics.encode()
+    );
+    assert_eq!(
+        sample("controller_runtime_max_concurrent_reconciles{controller=\"widget\"}"),
+        2.0
+    );
+
     env.stop().await;
 }
