@@ -44,6 +44,7 @@ mod impersonation;
 mod jsonpatch;
 mod kubeconfig;
 mod linger;
+pub mod metrics;
 mod object;
 mod patch;
 mod priority;

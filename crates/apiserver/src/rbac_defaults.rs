@@ -296,6 +296,13 @@ fn cluster_roles() -> Vec<(&'static str, Value)> {
             json!([{"nonResourceURLs": public, "verbs": ["get"]}]),
         ),
         (
+            "system:monitoring",
+            json!([{"nonResourceURLs": [
+                "/healthz", "/healthz/*", "/livez", "/livez/*", "/metrics",
+                "/metrics/slis", "/readyz", "/readyz/*"
+            ], "verbs": ["get"]}]),
+        ),
+        (
             "system:service-account-issuer-discovery",
             json!([{"nonResourceURLs": [
                 "/.well-known/openid-configuration", "/.well-known/openid-configuration/",
@@ -327,6 +334,11 @@ const BOOTSTRAP_BINDINGS: &[(&str, &str, &[&str])] = &[
         "system:service-account-issuer-discovery",
         "system:service-account-issuer-discovery",
         &["system:serviceaccounts"],
+    ),
+    (
+        "system:monitoring",
+        "system:monitoring",
+        &["system:monitoring"],
     ),
 ];
 

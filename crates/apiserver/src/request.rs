@@ -9,6 +9,8 @@ pub enum Route {
     Version,
     /// `/healthz`, `/livez`, `/readyz` (and their `/…/name` checks)
     Health,
+    /// `/metrics`: the server's own metrics.
+    Metrics,
     /// `/api`
     CoreVersions,
     /// `/apis`
@@ -96,6 +98,7 @@ pub fn route(path: &str, is_namespaced: impl Fn(&str, &str, &str) -> bool) -> Ro
     match s.as_slice() {
         ["version"] => Route::Version,
         ["healthz" | "livez" | "readyz", ..] => Route::Health,
+        ["metrics"] => Route::Metrics,
         [".well-known", "openid-configuration"] => Route::OpenIdConfiguration,
         ["openid", "v1", "jwks"] => Route::Jwks,
         ["api"] => Route::CoreVersions,

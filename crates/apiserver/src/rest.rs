@@ -752,6 +752,11 @@ pub(crate) async fn create_object(
     ctx.warnings.extend(warnings);
     // --- end admission ---
     if ctx.dry_run() {
+        // A dry run stores nothing but answers as the write would: a name
+        // taken is 409 (kube's DryRunnableStorage.Create).
+        if ctx.server.store().get(&ctx.key(&name)).is_some() {
+            return Err(ApiError::already_exists(ctx.def.gr(), &name));
+        }
         return Ok((StatusCode::CREATED, Bytes::from(object::to_json(&obj))));
     }
     let mut encoded = object::Encoded::new(ctx.def.to_storage(obj));

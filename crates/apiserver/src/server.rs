@@ -49,6 +49,8 @@ pub(crate) struct Inner {
     pub bootstrap: crate::bootstrap::State,
     /// Authentication settings and the authorizers.
     pub access: crate::authz::Access,
+    /// What `/metrics` serves.
+    pub metrics: crate::metrics::ApiMetrics,
 }
 
 impl ApiServer {
@@ -70,6 +72,7 @@ impl ApiServer {
                 admission: Default::default(),
                 bootstrap: Default::default(),
                 access: Default::default(),
+                metrics: Default::default(),
             }),
         };
         let issuer =
@@ -204,8 +207,11 @@ impl ApiServer {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         let started = std::time::Instant::now();
+        let in_flight = self.inner.metrics.enter(&method);
         let mut audit: Option<crate::audit::Record> = None;
-        let answer = crate::recover::catch_unwind(self.dispatch(req, &mut audit)).await;
+        let mut labels = None;
+        let answer =
+            crate::recover::catch_unwind(self.dispatch(req, &mut audit, &mut labels)).await;
         let (mut resp, error, panicked) = match answer {
             Ok(Ok(r)) => (r, None, false),
             Ok(Err(e)) => (codec::respond_error(&e), Some(e), false),
@@ -229,6 +235,14 @@ impl ApiServer {
                 panicked,
             );
         }
+        drop(in_flight);
+        if let Some(labels) = labels {
+            self.inner.metrics.observe(
+                labels,
+                resp.status().as_u16(),
+                started.elapsed().as_secs_f64(),
+            );
+        }
         tracing::debug!(%method, %path, status = resp.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64, "request");
         resp
     }
@@ -237,6 +251,7 @@ impl ApiServer {
         &self,
         req: Request<B>,
         audit: &mut Option<crate::audit::Record>,
+        labels: &mut Option<crate::metrics::RequestLabels>,
     ) -> ApiResult<Response<ApiBody>>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -261,6 +276,17 @@ impl ApiServer {
             registry.get(g, v, p).is_some_and(|d| d.namespaced)
         });
         let query = Query::parse(parts.uri.query());
+        *labels = Some(crate::metrics::labels(
+            &parts.method,
+            parts.uri.path(),
+            &r,
+            &query,
+            parts
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok()),
+            |g, v, p| registry.get(g, v, p).is_some(),
+        ));
         // The request path, in order: authentication (authn.rs) →
         // impersonation (impersonation.rs) → authorization (authz.rs) → the handler: decode, admission
         // (mutating), validation, admission (validating), storage (rest.rs).
@@ -359,6 +385,27 @@ impl ApiServer {
                 r.headers_mut().insert(
                     http::header::CONTENT_TYPE,
                     http::HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+                Ok(r)
+            }
+            Route::Metrics => {
+                let text = self.inner.metrics.encode(self);
+                let accept = parts
+                    .headers
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok());
+                let (body, content_type) = if crate::metrics::wants_openmetrics(accept) {
+                    (text, crate::metrics::OPENMETRICS)
+                } else {
+                    (
+                        crate::metrics::prometheus_text(&text),
+                        crate::metrics::PROMETHEUS_TEXT,
+                    )
+                };
+                let mut r = Response::new(ApiBody::full(body));
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static(content_type),
                 );
                 Ok(r)
             }
@@ -754,7 +801,7 @@ where
     let _ = http_body_util::Limited::new(body, MAX_BODY).collect().await;
 }
 
-fn version_info() -> serde_json::Value {
+pub(crate) fn version_info() -> serde_json::Value {
     let (major, minor, git) = KUBERNETES_VERSION;
     json!({
         "major": major,

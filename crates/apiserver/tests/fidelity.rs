@@ -407,3 +407,105 @@ async fn event_source_falls_back_to_the_reporting_controller() {
         assert_eq!(names, [want], "{selector}");
     }
 }
+
+/// `/metrics` as kube-apiserver serves it: requests counted under kube's
+/// verbs, scopes and codes, latency in its buckets, object counts by
+/// resource, Prometheus text for a plain GET and OpenMetrics when asked;
+/// readable by `system:monitoring` and cluster admins, refused to others.
+#[tokio::test]
+async fn metrics_use_kube_apiservers_names_and_labels() {
+    use kubeforge_apiserver::UserInfo;
+    let server = ApiServer::in_memory().await;
+    server.enable_rbac(true).await.expect("rbac");
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let cm = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"m"},"data":{"k":"v"}}"#;
+    assert_eq!(raw(&server, "POST", cms, cm).await.0, 201);
+    assert_eq!(raw(&server, "GET", cms, "").await.0, 200);
+    assert_eq!(raw(&server, "GET", &format!("{cms}/nope"), "").await.0, 404);
+    // A dry-run create of a taken name is 409, as kube's
+    // DryRunnableStorage.Create answers (it stores nothing either way).
+    assert_eq!(
+        raw(&server, "POST", &format!("{cms}?dryRun=All"), cm)
+            .await
+            .0,
+        409
+    );
+
+    let (code, body) = raw(&server, "GET", "/metrics", "").await;
+    assert_eq!(code, 200);
+    let text = String::from_utf8(body.to_vec()).expect("utf-8");
+    let has = |line: &str| text.lines().any(|l| l == line);
+    for line in [
+        "# TYPE apiserver_request_total counter",
+        r#"apiserver_request_total{verb="CREATE",dry_run="",group="",version="v1",resource="configmaps",subresource="",scope="resource",component="apiserver",code="201"} 1"#,
+        r#"apiserver_request_total{verb="LIST",dry_run="",group="",version="v1",resource="configmaps",subresource="",scope="namespace",component="apiserver",code="200"} 1"#,
+        r#"apiserver_request_total{verb="GET",dry_run="",group="",version="v1",resource="configmaps",subresource="",scope="resource",component="apiserver",code="404"} 1"#,
+        r#"apiserver_request_total{verb="CREATE",dry_run="All",group="",version="v1",resource="configmaps",subresource="",scope="resource",component="apiserver",code="409"} 1"#,
+        r#"apiserver_request_duration_seconds_count{verb="LIST",dry_run="",group="",version="v1",resource="configmaps",subresource="",scope="namespace",component="apiserver"} 1"#,
+        r#"apiserver_request_sli_duration_seconds_count{verb="LIST",group="",version="v1",resource="configmaps",subresource="",scope="namespace",component="apiserver"} 1"#,
+        r#"apiserver_storage_objects{resource="configmaps"} 1"#,
+        "# HELP apiserver_request_total [STABLE] Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
+        r#"apiserver_resource_objects{group="rbac.authorization.k8s.io",resource="clusterroles"} 0"#,
+    ] {
+        if line.contains("clusterroles") {
+            // Bootstrap roles exist: only the series' presence matters.
+            let series = line.rsplit_once(' ').map_or(line, |(s, _)| s);
+            assert!(
+                text.lines().any(|l| l.starts_with(series)),
+                "{series} in\n{text}"
+            );
+            continue;
+        }
+        assert!(has(line), "{line} in\n{text}");
+    }
+    // The bucket edges the SLO rules read exist; reviews are not stored.
+    assert!(text.contains(r#"le="1.0""#) || text.contains(r#"le="1""#));
+    assert!(text.contains("kubernetes_build_info{"), "{text}");
+    assert!(!text.contains("selfsubjectrulesreviews"), "{text}");
+    assert!(
+        text.contains(r#"apiserver_current_inflight_requests{request_kind="readOnly"}"#),
+        "{text}"
+    );
+    assert!(!text.contains("# EOF"), "Prometheus text, not OpenMetrics");
+    // The dry run was not stored and kept out of the SLI.
+    assert!(!text.contains(
+        r#"apiserver_request_sli_duration_seconds_count{verb="CREATE",group="",version="v1",resource="configmaps",subresource="",scope="resource",component="apiserver"} 2"#
+    ));
+
+    let req = Request::builder()
+        .uri("/metrics")
+        .header(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let resp = server.handle(req).await;
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .expect("ascii")
+            .starts_with("application/openmetrics-text")
+    );
+    let om = resp.into_body().collect().await.expect("body").to_bytes();
+    assert!(String::from_utf8_lossy(&om).ends_with("# EOF\n"));
+
+    // Who may read it: system:monitoring, not any authenticated user.
+    let get = |client: kube::Client| async move {
+        let req = Request::builder()
+            .uri("/metrics")
+            .body(Vec::new())
+            .expect("request");
+        client.request_text(req).await
+    };
+    let monitor = server.client_as(UserInfo::new(
+        "prometheus",
+        ["system:monitoring", "system:authenticated"],
+    ));
+    assert!(get(monitor).await.is_ok());
+    let eve = server.client_as(UserInfo::new("eve", ["system:authenticated"]));
+    match get(eve).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{s:?}"),
+        other => panic!("expected 403, got {other:?}"),
+    }
+}

@@ -355,6 +355,37 @@ fn the_kubernetes_service_points_at_the_api_server() {
     assert!(eps.contains(&format!("127.0.0.1:{port}")), "{eps}");
 }
 
+/// `kubectl get --raw /metrics` reads the API server's metrics under
+/// kube-apiserver's names (the request just made counted as kube counts
+/// it), and `system:monitoring` may read them where another user may not.
+#[test]
+fn kubectl_reads_the_api_servers_metrics() {
+    let c = Cluster::start(&[]);
+    let kubectl = common::default_kubectl();
+    c.ok(&kubectl, &["get", "namespaces"]);
+    let text = c.ok(&kubectl, &["get", "--raw", "/metrics"]);
+    let listed = text.lines().find(|l| {
+        l.starts_with(r#"apiserver_request_total{verb="LIST",dry_run="",group="",version="v1",resource="namespaces",subresource="",scope="cluster",component="apiserver",code="200"}"#)
+    });
+    let count: f64 = listed
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_default();
+    assert!(count >= 1.0, "the LIST of namespaces is counted:\n{text}");
+    assert!(text.contains("# TYPE apiserver_request_duration_seconds histogram"));
+    assert!(text.contains(r#"apiserver_storage_objects{resource="namespaces"}"#));
+    let can = |who: &[&str]| {
+        let mut args = vec!["auth", "can-i", "get", "/metrics"];
+        args.extend_from_slice(who);
+        let out = c.kubectl(&kubectl, &args);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(
+        can(&["--as", "prometheus", "--as-group", "system:monitoring"]),
+        "yes"
+    );
+    assert_eq!(can(&["--as", "eve"]), "no");
+}
+
 #[test]
 fn componentstatuses_are_read_only_and_deprecated() {
     let c = Cluster::start(&[]);

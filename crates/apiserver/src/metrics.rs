@@ -1,0 +1,597 @@
+//! The API server's own metrics at `/metrics`, under kube-apiserver's names,
+//! labels, buckets and HELP stability prefixes, so dashboards and alerts
+//! written for kube-apiserver (kubernetes-mixin, kube-prometheus) read them
+//! unchanged: `apiserver_request_total`, `apiserver_request_duration_seconds`,
+//! `apiserver_request_sli_duration_seconds`, `apiserver_current_inflight_requests`,
+//! `apiserver_storage_objects` / `apiserver_resource_objects` and
+//! `kubernetes_build_info`.
+//!
+//! A request's labels follow kube's `MonitorRequest`: the verb uppercased,
+//! GET of a collection as LIST, `?watch` as WATCH, an apply patch as APPLY,
+//! DELETE of a collection as DELETECOLLECTION, the streaming subresources
+//! as CONNECT; the scope `resource` (a name, or a create), `namespace`,
+//! `cluster` or `""` off the API; a resource the server does not serve is
+//! reported without group, version and resource, so no request can grow
+//! the label space. Scrapes get OpenMetrics text when they accept it (what
+//! Prometheus asks for first) and Prometheus text 0.0.4 otherwise (what
+//! `kubectl get --raw /metrics` and `promtool check metrics` read).
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::request::{Query, Route};
+
+/// `apiserver_request_duration_seconds`' buckets.
+const DURATION_BUCKETS: [f64; 23] = [
+    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
+    10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+];
+/// `apiserver_request_sli_duration_seconds`' buckets (the same from 50 ms).
+const SLI_BUCKETS: [f64; 21] = [
+    0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0,
+    30.0, 45.0, 60.0,
+];
+
+/// The content type of OpenMetrics text.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of Prometheus text 0.0.4.
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// What a request is, for its metrics (kube's `RequestInfo`, cleaned).
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RequestLabels {
+    verb: String,
+    dry_run: String,
+    group: String,
+    version: String,
+    resource: String,
+    subresource: String,
+    scope: String,
+    component: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WithCode {
+    #[prometheus(flatten)]
+    request: RequestLabels,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SliLabels {
+    verb: String,
+    group: String,
+    version: String,
+    resource: String,
+    subresource: String,
+    scope: String,
+    component: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    request_kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StorageLabels {
+    resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabels {
+    group: String,
+    resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    major: String,
+    minor: String,
+    git_version: String,
+    git_commit: String,
+    git_tree_state: String,
+    build_date: String,
+    go_version: String,
+    compiler: String,
+    platform: String,
+}
+
+/// Requests in flight of one kind, and the most seen since the last scrape
+/// (kube reports the maximum of the last second).
+#[derive(Default)]
+struct InFlight {
+    now: AtomicI64,
+    peak: AtomicI64,
+}
+
+impl InFlight {
+    fn enter(&self) {
+        let n = self.now.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak.fetch_max(n, Ordering::Relaxed);
+    }
+
+    fn leave(&self) {
+        self.now.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The peak since the last call; the next period starts at the
+    /// current count.
+    fn take_peak(&self) -> i64 {
+        let now = self.now.load(Ordering::Relaxed);
+        self.peak.swap(now, Ordering::Relaxed).max(now)
+    }
+}
+
+/// The API server's metrics.
+pub(crate) struct ApiMetrics {
+    registry: Registry,
+    requests: Family<WithCode, Counter>,
+    duration: Family<RequestLabels, Histogram>,
+    sli: Family<SliLabels, Histogram>,
+    inflight: Family<KindLabels, Gauge>,
+    read_only: InFlight,
+    mutating: InFlight,
+    storage_objects: Family<StorageLabels, Gauge>,
+    resource_objects: Family<ResourceLabels, Gauge>,
+}
+
+impl Default for ApiMetrics {
+    fn default() -> Self {
+        ApiMetrics::new()
+    }
+}
+
+impl std::fmt::Debug for ApiMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiMetrics").finish_non_exhaustive()
+    }
+}
+
+/// A request being served: counted in flight until dropped.
+pub(crate) struct Tracked<'a> {
+    flight: &'a InFlight,
+}
+
+impl Drop for Tracked<'_> {
+    fn drop(&mut self) {
+        self.flight.leave();
+    }
+}
+
+impl ApiMetrics {
+    fn new() -> ApiMetrics {
+        let mut registry = Registry::default();
+        let requests = Family::<WithCode, Counter>::default();
+        let duration = Family::<RequestLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(DURATION_BUCKETS)) as fn() -> Histogram,
+        );
+        let sli = Family::<SliLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(SLI_BUCKETS)) as fn() -> Histogram,
+        );
+        let inflight = Family::<KindLabels, Gauge>::default();
+        let storage_objects = Family::<StorageLabels, Gauge>::default();
+        let resource_objects = Family::<ResourceLabels, Gauge>::default();
+        let build = Family::<BuildLabels, Gauge>::default();
+        registry.register(
+            "apiserver_request",
+            "[STABLE] Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code",
+            requests.clone(),
+        );
+        registry.register(
+            "apiserver_request_duration_seconds",
+            "[STABLE] Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component",
+            duration.clone(),
+        );
+        registry.register(
+            "apiserver_request_sli_duration_seconds",
+            "[ALPHA] Response latency distribution (not counting webhook duration and priority & fairness queue wait times) in seconds for each verb, group, version, resource, subresource, scope and component",
+            sli.clone(),
+        );
+        registry.register(
+            "apiserver_current_inflight_requests",
+            "[STABLE] Maximal number of currently used inflight request limit of this apiserver per request kind in last second",
+            inflight.clone(),
+        );
+        registry.register(
+            "apiserver_storage_objects",
+            "[STABLE] (Deprecated since 1.34.0) Number of stored objects at the time of last check split by kind. In case of a fetching error, the value will be -1",
+            storage_objects.clone(),
+        );
+        registry.register(
+            "apiserver_resource_objects",
+            "[ALPHA] Number of stored objects at the time of last check split by kind. In case of a fetching error, the value will be -1",
+            resource_objects.clone(),
+        );
+        registry.register(
+            "kubernetes_build_info",
+            "[BETA] A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running",
+            build.clone(),
+        );
+        let v = crate::server::version_info();
+        let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+        build
+            .get_or_create(&BuildLabels {
+                major: s("major"),
+                minor: s("minor"),
+                git_version: s("gitVersion"),
+                git_commit: s("gitCommit"),
+                git_tree_state: s("gitTreeState"),
+                build_date: s("buildDate"),
+                go_version: s("goVersion"),
+                compiler: s("compiler"),
+                platform: s("platform"),
+            })
+            .set(1);
+        for kind in ["readOnly", "mutating"] {
+            inflight
+                .get_or_create(&KindLabels { request_kind: kind })
+                .set(0);
+        }
+        ApiMetrics {
+            registry,
+            requests,
+            duration,
+            sli,
+            inflight,
+            read_only: InFlight::default(),
+            mutating: InFlight::default(),
+            storage_objects,
+            resource_objects,
+        }
+    }
+
+    /// Count a request in flight (read-only or mutating by its method) until
+    /// the returned guard drops.
+    pub(crate) fn enter(&self, method: &http::Method) -> Tracked<'_> {
+        let flight = if matches!(
+            *method,
+            http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+        ) {
+            &self.read_only
+        } else {
+            &self.mutating
+        };
+        flight.enter();
+        Tracked { flight }
+    }
+
+    /// Record a finished request: `labels` (from [`labels`]), the HTTP
+    /// status and how long it took to answer.
+    pub(crate) fn observe(&self, labels: RequestLabels, code: u16, secs: f64) {
+        if labels.dry_run.is_empty() {
+            self.sli
+                .get_or_create(&SliLabels {
+                    verb: labels.verb.clone(),
+                    group: labels.group.clone(),
+                    version: labels.version.clone(),
+                    resource: labels.resource.clone(),
+                    subresource: labels.subresource.clone(),
+                    scope: labels.scope.clone(),
+                    component: labels.component.clone(),
+                })
+                .observe(secs);
+        }
+        self.duration.get_or_create(&labels).observe(secs);
+        self.requests
+            .get_or_create(&WithCode {
+                request: labels,
+                code: code.to_string(),
+            })
+            .inc();
+    }
+
+    /// The metrics as OpenMetrics text, with the object counts read from
+    /// `server`'s store now.
+    pub(crate) fn encode(&self, server: &crate::ApiServer) -> String {
+        self.inflight
+            .get_or_create(&KindLabels {
+                request_kind: "readOnly",
+            })
+            .set(self.read_only.take_peak());
+        self.inflight
+            .get_or_create(&KindLabels {
+                request_kind: "mutating",
+            })
+            .set(self.mutating.take_peak());
+        self.storage_objects.clear();
+        self.resource_objects.clear();
+        let mut seen = std::collections::BTreeSet::new();
+        for def in server.registry().all() {
+            // Only what is stored (not reviews and other create-only kinds).
+            if !def.has_verb("list") {
+                continue;
+            }
+            let prefix = def.key_prefix();
+            if !seen.insert(prefix.clone()) {
+                continue;
+            }
+            let n = i64::try_from(server.store().count(&prefix)).unwrap_or(i64::MAX);
+            let gr = def.gr();
+            let resource = if gr.group.is_empty() {
+                gr.resource.to_string()
+            } else {
+                format!("{}.{}", gr.resource, gr.group)
+            };
+            self.storage_objects
+                .get_or_create(&StorageLabels { resource })
+                .set(n);
+            self.resource_objects
+                .get_or_create(&ResourceLabels {
+                    group: gr.group.to_string(),
+                    resource: gr.resource.to_string(),
+                })
+                .set(n);
+        }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+// prometheus-client ends each HELP text with a period itself: the texts
+// above are kube's without their last one.
+
+/// The streaming subresources kube reports as CONNECT.
+const CONNECT: [&str; 5] = ["log", "exec", "portforward", "attach", "proxy"];
+
+/// The labels of a request (kube's `MonitorRequest` cleaning): see the
+/// module docs. `served(group, version, plural)` tells whether the server
+/// serves that resource.
+pub(crate) fn labels(
+    method: &http::Method,
+    path: &str,
+    route: &Route,
+    query: &Query,
+    content_type: Option<&str>,
+    served: impl Fn(&str, &str, &str) -> bool,
+) -> RequestLabels {
+    let dry_run = match query.get("dryRun") {
+        None => String::new(),
+        Some("All") => "All".to_string(),
+        Some(_) => "invalid".to_string(),
+    };
+    let mut l = RequestLabels {
+        verb: method.as_str().to_ascii_uppercase(),
+        dry_run,
+        component: "apiserver".into(),
+        ..RequestLabels::default()
+    };
+    match route {
+        Route::Resource(p) => {
+            let watch = query.flag("watch");
+            let sub = p.subresource.as_deref().unwrap_or_default();
+            l.verb = match *method {
+                _ if CONNECT.contains(&sub) => "CONNECT".into(),
+                http::Method::GET | http::Method::HEAD if watch => "WATCH".into(),
+                http::Method::GET | http::Method::HEAD if p.name.is_none() => "LIST".into(),
+                http::Method::GET | http::Method::HEAD => "GET".into(),
+                http::Method::POST => "CREATE".into(),
+                http::Method::PUT => "UPDATE".into(),
+                http::Method::PATCH
+                    if content_type.is_some_and(|c| c.starts_with("application/apply-patch")) =>
+                {
+                    "APPLY".into()
+                }
+                http::Method::PATCH => "PATCH".into(),
+                http::Method::DELETE if p.name.is_none() => "DELETECOLLECTION".into(),
+                http::Method::DELETE => "DELETE".into(),
+                _ => "other".into(),
+            };
+            l.scope = if p.name.is_some() || l.verb == "CREATE" {
+                "resource"
+            } else if p.namespace.is_some() {
+                "namespace"
+            } else {
+                "cluster"
+            }
+            .into();
+            if served(&p.group, &p.version, &p.plural) {
+                l.group = p.group.clone();
+                l.version = p.version.clone();
+                l.resource = p.plural.clone();
+                l.subresource = sub.to_string();
+            }
+        }
+        Route::Health => {
+            // kube's health checks: no component, the path as subresource.
+            l.component = String::new();
+            l.subresource = path.to_string();
+        }
+        _ => {}
+    }
+    l
+}
+
+/// Whether a scrape with `accept` gets OpenMetrics text.
+pub(crate) fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| a.contains("application/openmetrics-text"))
+}
+
+/// OpenMetrics text as Prometheus text 0.0.4: counters' HELP and TYPE
+/// lines name the `_total` series, and the `# UNIT` and `# EOF` lines go.
+pub fn prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let rewritten = ["# HELP ", "# TYPE "].iter().find_map(|tag| {
+            let rest = line.strip_prefix(tag)?;
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            counters
+                .contains(name)
+                .then(|| format!("{tag}{name}_total {tail}"))
+        });
+        match rewritten {
+            Some(r) => out.push_str(r.trim_end()),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::route;
+
+    fn of(method: http::Method, path_query: &str, content_type: Option<&str>) -> RequestLabels {
+        let (path, q) = path_query.split_once('?').unwrap_or((path_query, ""));
+        let r = route(path, |_, _, p| p != "namespaces" && p != "nodes");
+        labels(
+            &method,
+            path,
+            &r,
+            &Query::parse(Some(q)),
+            content_type,
+            |_, _, p| p != "nonsense",
+        )
+    }
+
+    #[test]
+    fn verbs_and_scopes_as_kube_reports_them() {
+        use http::Method as M;
+        let cases = [
+            (
+                M::GET,
+                "/api/v1/namespaces/default/pods",
+                None,
+                "LIST",
+                "namespace",
+            ),
+            (M::GET, "/api/v1/pods", None, "LIST", "cluster"),
+            (M::GET, "/api/v1/pods?watch=1", None, "WATCH", "cluster"),
+            (
+                M::GET,
+                "/api/v1/namespaces/default/pods/p",
+                None,
+                "GET",
+                "resource",
+            ),
+            (
+                M::POST,
+                "/api/v1/namespaces/default/pods",
+                None,
+                "CREATE",
+                "resource",
+            ),
+            (
+                M::PUT,
+                "/api/v1/namespaces/default/pods/p",
+                None,
+                "UPDATE",
+                "resource",
+            ),
+            (
+                M::PATCH,
+                "/apis/apps/v1/namespaces/default/deployments/d",
+                Some("application/apply-patch+yaml"),
+                "APPLY",
+                "resource",
+            ),
+            (
+                M::PATCH,
+                "/apis/apps/v1/namespaces/default/deployments/d",
+                Some("application/merge-patch+json"),
+                "PATCH",
+                "resource",
+            ),
+            (
+                M::DELETE,
+                "/api/v1/namespaces/default/pods",
+                None,
+                "DELETECOLLECTION",
+                "namespace",
+            ),
+            (
+                M::DELETE,
+                "/api/v1/namespaces/default/pods/p",
+                None,
+                "DELETE",
+                "resource",
+            ),
+            (
+                M::GET,
+                "/api/v1/namespaces/default/pods/p/log",
+                None,
+                "CONNECT",
+                "resource",
+            ),
+            (M::GET, "/api", None, "GET", ""),
+        ];
+        for (m, path, ct, verb, scope) in cases {
+            let l = of(m, path, ct);
+            assert_eq!((l.verb.as_str(), l.scope.as_str()), (verb, scope), "{path}");
+        }
+        let l = of(
+            http::Method::GET,
+            "/apis/apps/v1/namespaces/default/deployments/d/scale",
+            None,
+        );
+        assert_eq!(
+            (
+                l.group.as_str(),
+                l.version.as_str(),
+                l.resource.as_str(),
+                l.subresource.as_str()
+            ),
+            ("apps", "v1", "deployments", "scale")
+        );
+        assert_eq!(l.component, "apiserver");
+        // A resource nobody serves adds no label values.
+        let l = of(http::Method::GET, "/apis/x.io/v1/nonsense", None);
+        assert_eq!((l.group.as_str(), l.resource.as_str()), ("", ""));
+        let health = of(http::Method::GET, "/healthz", None);
+        assert_eq!(
+            (health.component.as_str(), health.subresource.as_str()),
+            ("", "/healthz")
+        );
+        let dry = |q: &str| {
+            of(
+                http::Method::POST,
+                &format!("/api/v1/namespaces/d/pods?{q}"),
+                None,
+            )
+            .dry_run
+        };
+        assert_eq!(dry(""), "");
+        assert_eq!(dry("dryRun=All"), "All");
+        assert_eq!(dry("dryRun=Some"), "invalid");
+    }
+
+    #[test]
+    fn openmetrics_becomes_prometheus_text() {
+        let om = "# HELP apiserver_request [STABLE] Counter.\n# TYPE apiserver_request counter\napiserver_request_total{code=\"200\"} 3\n# HELP g A gauge.\n# TYPE g gauge\n# UNIT g seconds\ng 1\n# EOF\n";
+        assert_eq!(
+            prometheus_text(om),
+            "# HELP apiserver_request_total [STABLE] Counter.\n# TYPE apiserver_request_total counter\napiserver_request_total{code=\"200\"} 3\n# HELP g A gauge.\n# TYPE g gauge\ng 1\n"
+        );
+    }
+
+    #[test]
+    fn inflight_reports_the_peak_since_the_last_scrape() {
+        let f = InFlight::default();
+        f.enter();
+        f.enter();
+        f.leave();
+        assert_eq!(f.take_peak(), 2);
+        assert_eq!(f.take_peak(), 1);
+        f.leave();
+        assert_eq!(f.take_peak(), 1, "the period started at one in flight");
+        assert_eq!(f.take_peak(), 0);
+    }
+}
