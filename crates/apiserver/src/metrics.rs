@@ -16,7 +16,9 @@
 //! Prometheus asks for first) and Prometheus text 0.0.4 otherwise (what
 //! `kubectl get --raw /metrics` and `promtool check metrics` read).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -25,7 +27,16 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::registry::ResourceDef;
 use crate::request::{Query, Route};
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
 
 /// `apiserver_request_duration_seconds`' buckets.
 const DURATION_BUCKETS: [f64; 23] = [
@@ -43,9 +54,78 @@ pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; char
 /// The content type of Prometheus text 0.0.4.
 pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// What a request is, for its metrics (kube's `RequestInfo`, cleaned).
+/// What a request is, for its metrics (kube's `RequestInfo`, cleaned),
+/// built without allocating: the verb, scope and the rest are static
+/// strings, the resource the served definition itself.
+#[derive(Clone)]
+pub(crate) struct RequestKey {
+    verb: &'static str,
+    dry_run: &'static str,
+    scope: &'static str,
+    component: &'static str,
+    resource: Option<Arc<ResourceDef>>,
+    subresource: &'static str,
+}
+
+impl PartialEq for RequestKey {
+    fn eq(&self, o: &Self) -> bool {
+        self.verb == o.verb
+            && self.dry_run == o.dry_run
+            && self.scope == o.scope
+            && self.component == o.component
+            && self.subresource == o.subresource
+            && match (&self.resource, &o.resource) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+}
+
+impl Eq for RequestKey {}
+
+impl std::hash::Hash for RequestKey {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.verb.hash(h);
+        self.dry_run.hash(h);
+        self.scope.hash(h);
+        self.component.hash(h);
+        self.subresource.hash(h);
+        self.resource.as_ref().map(Arc::as_ptr).hash(h);
+    }
+}
+
+impl RequestKey {
+    fn labels(&self) -> RequestLabels {
+        let (group, version, resource) = match &self.resource {
+            Some(d) => (d.group.clone(), d.version.clone(), d.plural.clone()),
+            None => Default::default(),
+        };
+        RequestLabels {
+            verb: self.verb.to_string(),
+            dry_run: self.dry_run.to_string(),
+            group,
+            version,
+            resource,
+            subresource: self.subresource.to_string(),
+            scope: self.scope.to_string(),
+            component: self.component.to_string(),
+        }
+    }
+}
+
+/// The families' members one request key writes, looked up once.
+struct Series {
+    duration: Histogram,
+    /// `None` for dry runs (kube leaves them out of the SLI).
+    sli: Option<Histogram>,
+    labels: RequestLabels,
+    codes: RwLock<Vec<(u16, Counter)>>,
+}
+
+/// A request's labels as the families encode them.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct RequestLabels {
+struct RequestLabels {
     verb: String,
     dry_run: String,
     group: String,
@@ -132,6 +212,7 @@ impl InFlight {
 /// The API server's metrics.
 pub(crate) struct ApiMetrics {
     registry: Registry,
+    series: RwLock<HashMap<RequestKey, Arc<Series>>>,
     requests: Family<WithCode, Counter>,
     duration: Family<RequestLabels, Histogram>,
     sli: Family<SliLabels, Histogram>,
@@ -236,6 +317,7 @@ impl ApiMetrics {
         }
         ApiMetrics {
             registry,
+            series: RwLock::default(),
             requests,
             duration,
             sli,
@@ -262,10 +344,46 @@ impl ApiMetrics {
         Tracked { flight }
     }
 
-    /// Record a finished request: `labels` (from [`labels`]), the HTTP
-    /// status and how long it took to answer.
-    pub(crate) fn observe(&self, labels: RequestLabels, code: u16, secs: f64) {
-        if labels.dry_run.is_empty() {
+    /// Record a finished request: `key` (from [`labels`]), the HTTP status
+    /// and how long it took to answer.
+    pub(crate) fn observe(&self, key: RequestKey, code: u16, secs: f64) {
+        let series = self.series_of(key);
+        series.duration.observe(secs);
+        if let Some(sli) = &series.sli {
+            sli.observe(secs);
+        }
+        let counted = read(&series.codes)
+            .iter()
+            .find(|(c, _)| *c == code)
+            .map(|(_, counter)| counter.inc())
+            .is_some();
+        if !counted {
+            let mut codes = write(&series.codes);
+            let counter = match codes.iter().find(|(c, _)| *c == code) {
+                Some((_, counter)) => counter.clone(),
+                None => {
+                    let counter = self
+                        .requests
+                        .get_or_create(&WithCode {
+                            request: series.labels.clone(),
+                            code: code.to_string(),
+                        })
+                        .clone();
+                    codes.push((code, counter.clone()));
+                    counter
+                }
+            };
+            counter.inc();
+        }
+    }
+
+    /// The series of `key`, made on first use.
+    fn series_of(&self, key: RequestKey) -> Arc<Series> {
+        if let Some(s) = read(&self.series).get(&key) {
+            return s.clone();
+        }
+        let labels = key.labels();
+        let sli = key.dry_run.is_empty().then(|| {
             self.sli
                 .get_or_create(&SliLabels {
                     verb: labels.verb.clone(),
@@ -276,15 +394,15 @@ impl ApiMetrics {
                     scope: labels.scope.clone(),
                     component: labels.component.clone(),
                 })
-                .observe(secs);
-        }
-        self.duration.get_or_create(&labels).observe(secs);
-        self.requests
-            .get_or_create(&WithCode {
-                request: labels,
-                code: code.to_string(),
-            })
-            .inc();
+                .clone()
+        });
+        let series = Arc::new(Series {
+            duration: self.duration.get_or_create(&labels).clone(),
+            sli,
+            labels,
+            codes: RwLock::default(),
+        });
+        write(&self.series).entry(key).or_insert(series).clone()
     }
 
     /// The metrics as OpenMetrics text, with the object counts read from
@@ -341,73 +459,106 @@ impl ApiMetrics {
 
 /// The streaming subresources kube reports as CONNECT.
 const CONNECT: [&str; 5] = ["log", "exec", "portforward", "attach", "proxy"];
+/// The subresources a label may name (any other is reported as none, so
+/// no request can add label values).
+const SUBRESOURCES: [&str; 14] = [
+    "status",
+    "scale",
+    "binding",
+    "eviction",
+    "ephemeralcontainers",
+    "approval",
+    "finalize",
+    "token",
+    "log",
+    "exec",
+    "portforward",
+    "attach",
+    "proxy",
+    "resize",
+];
 
-/// The labels of a request (kube's `MonitorRequest` cleaning): see the
-/// module docs. `served(group, version, plural)` tells whether the server
-/// serves that resource.
+/// The key of a request (kube's `MonitorRequest` cleaning): see the
+/// module docs. `served(group, version, plural)` is the served definition
+/// of that resource, if any.
 pub(crate) fn labels(
     method: &http::Method,
     path: &str,
     route: &Route,
     query: &Query,
     content_type: Option<&str>,
-    served: impl Fn(&str, &str, &str) -> bool,
-) -> RequestLabels {
+    served: impl Fn(&str, &str, &str) -> Option<Arc<ResourceDef>>,
+) -> RequestKey {
     let dry_run = match query.get("dryRun") {
-        None => String::new(),
-        Some("All") => "All".to_string(),
-        Some(_) => "invalid".to_string(),
+        None => "",
+        Some("All") => "All",
+        Some(_) => "invalid",
     };
-    let mut l = RequestLabels {
-        verb: method.as_str().to_ascii_uppercase(),
+    let mut key = RequestKey {
+        verb: match *method {
+            http::Method::GET => "GET",
+            http::Method::HEAD => "HEAD",
+            http::Method::POST => "POST",
+            http::Method::PUT => "PUT",
+            http::Method::PATCH => "PATCH",
+            http::Method::DELETE => "DELETE",
+            http::Method::OPTIONS => "OPTIONS",
+            _ => "other",
+        },
         dry_run,
-        component: "apiserver".into(),
-        ..RequestLabels::default()
+        scope: "",
+        component: "apiserver",
+        resource: None,
+        subresource: "",
     };
     match route {
         Route::Resource(p) => {
-            let watch = query.flag("watch");
             let sub = p.subresource.as_deref().unwrap_or_default();
-            l.verb = match *method {
-                _ if CONNECT.contains(&sub) => "CONNECT".into(),
-                http::Method::GET | http::Method::HEAD if watch => "WATCH".into(),
-                http::Method::GET | http::Method::HEAD if p.name.is_none() => "LIST".into(),
-                http::Method::GET | http::Method::HEAD => "GET".into(),
-                http::Method::POST => "CREATE".into(),
-                http::Method::PUT => "UPDATE".into(),
+            key.verb = match *method {
+                _ if CONNECT.contains(&sub) => "CONNECT",
+                http::Method::GET | http::Method::HEAD if query.flag("watch") => "WATCH",
+                http::Method::GET | http::Method::HEAD if p.name.is_none() => "LIST",
+                http::Method::GET | http::Method::HEAD => "GET",
+                http::Method::POST => "CREATE",
+                http::Method::PUT => "UPDATE",
                 http::Method::PATCH
                     if content_type.is_some_and(|c| c.starts_with("application/apply-patch")) =>
                 {
-                    "APPLY".into()
+                    "APPLY"
                 }
-                http::Method::PATCH => "PATCH".into(),
-                http::Method::DELETE if p.name.is_none() => "DELETECOLLECTION".into(),
-                http::Method::DELETE => "DELETE".into(),
-                _ => "other".into(),
+                http::Method::PATCH => "PATCH",
+                http::Method::DELETE if p.name.is_none() => "DELETECOLLECTION",
+                http::Method::DELETE => "DELETE",
+                _ => "other",
             };
-            l.scope = if p.name.is_some() || l.verb == "CREATE" {
+            key.scope = if p.name.is_some() || key.verb == "CREATE" {
                 "resource"
             } else if p.namespace.is_some() {
                 "namespace"
             } else {
                 "cluster"
-            }
-            .into();
-            if served(&p.group, &p.version, &p.plural) {
-                l.group = p.group.clone();
-                l.version = p.version.clone();
-                l.resource = p.plural.clone();
-                l.subresource = sub.to_string();
+            };
+            key.resource = served(&p.group, &p.version, &p.plural);
+            if key.resource.is_some() {
+                key.subresource = SUBRESOURCES
+                    .iter()
+                    .find(|s| **s == sub)
+                    .copied()
+                    .unwrap_or_default();
             }
         }
         Route::Health => {
             // kube's health checks: no component, the path as subresource.
-            l.component = String::new();
-            l.subresource = path.to_string();
+            key.component = "";
+            key.subresource = ["/healthz", "/livez", "/readyz"]
+                .iter()
+                .find(|h| path.starts_with(*h))
+                .copied()
+                .unwrap_or_default();
         }
         _ => {}
     }
-    l
+    key
 }
 
 /// Whether a scrape with `accept` gets OpenMetrics text.
@@ -452,14 +603,16 @@ mod tests {
     fn of(method: http::Method, path_query: &str, content_type: Option<&str>) -> RequestLabels {
         let (path, q) = path_query.split_once('?').unwrap_or((path_query, ""));
         let r = route(path, |_, _, p| p != "namespaces" && p != "nodes");
+        let registry = crate::registry::Registry::with_builtins();
         labels(
             &method,
             path,
             &r,
             &Query::parse(Some(q)),
             content_type,
-            |_, _, p| p != "nonsense",
+            |g, v, p| registry.get(g, v, p),
         )
+        .labels()
     }
 
     #[test]
@@ -553,8 +706,15 @@ mod tests {
         );
         assert_eq!(l.component, "apiserver");
         // A resource nobody serves adds no label values.
-        let l = of(http::Method::GET, "/apis/x.io/v1/nonsense", None);
-        assert_eq!((l.group.as_str(), l.resource.as_str()), ("", ""));
+        let l = of(http::Method::GET, "/apis/x.io/v1/nonsense/x/status", None);
+        assert_eq!(
+            (
+                l.group.as_str(),
+                l.resource.as_str(),
+                l.subresource.as_str()
+            ),
+            ("", "", "")
+        );
         let health = of(http::Method::GET, "/healthz", None);
         assert_eq!(
             (health.component.as_str(), health.subresource.as_str()),

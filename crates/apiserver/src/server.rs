@@ -251,7 +251,7 @@ impl ApiServer {
         &self,
         req: Request<B>,
         audit: &mut Option<crate::audit::Record>,
-        labels: &mut Option<crate::metrics::RequestLabels>,
+        labels: &mut Option<crate::metrics::RequestKey>,
     ) -> ApiResult<Response<ApiBody>>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -285,7 +285,7 @@ impl ApiServer {
                 .headers
                 .get(http::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok()),
-            |g, v, p| registry.get(g, v, p).is_some(),
+            |g, v, p| registry.get(g, v, p),
         ));
         // The request path, in order: authentication (authn.rs) →
         // impersonation (impersonation.rs) → authorization (authz.rs) → the handler: decode, admission
