@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every test of the workspace on a fresh machine: installs what the tests
-# need (Python's kubernetes client, openssl, curl, make), checks the kubectl binaries the tests
+# need (Python's kubernetes client, openssl, curl, make, promtool), checks the kubectl binaries the tests
 # drive, checks formatting, lints and docs, then builds and runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +22,11 @@ done
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "test-all: installing ${missing[*]} (Debian packages)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+# promtool (Debian's prometheus package) lints what /metrics serves.
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "test-all: installing prometheus (promtool; Debian package)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
 fi
 
 if ! python3 -c 'import kubernetes' 2>/dev/null; then

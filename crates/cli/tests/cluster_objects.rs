@@ -373,6 +373,26 @@ fn kubectl_reads_the_api_servers_metrics() {
     assert!(count >= 1.0, "the LIST of namespaces is counted:\n{text}");
     assert!(text.contains("# TYPE apiserver_request_duration_seconds histogram"));
     assert!(text.contains(r#"apiserver_storage_objects{resource="namespaces"}"#));
+    // Clean under Prometheus' own linter (scripts/test-all.sh installs it).
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run promtool (Debian package prometheus)");
+    {
+        use std::io::Write as _;
+        let mut stdin = promtool.stdin.take().expect("promtool's stdin");
+        stdin.write_all(text.as_bytes()).expect("feed promtool");
+    }
+    let lint = promtool.wait_with_output().expect("promtool ends");
+    assert!(
+        lint.status.success() && lint.stdout.is_empty() && lint.stderr.is_empty(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
     let can = |who: &[&str]| {
         let mut args = vec!["auth", "can-i", "get", "/metrics"];
         args.extend_from_slice(who);
