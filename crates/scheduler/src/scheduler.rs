@@ -1179,10 +1179,7 @@ mod tests {
 
     #[test]
     fn an_unbound_pod_that_finished_leaves_the_queue() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = current_thread();
         let mut core = SchedulerBuilder::without_client()
             .build_core(rt.handle().clone())
             .expect("core");
@@ -1211,18 +1208,8 @@ mod tests {
     /// and the next pod fits there.
     #[test]
     fn a_relist_drops_an_assumed_pod_that_is_gone() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let mut core = SchedulerBuilder::without_client()
-            .build_core(rt.handle().clone())
-            .expect("core");
-        let node: Node = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
-            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "1"}}}))
-        .expect("node");
-        core.handle_input(Input::NodeApply(Arc::new(node)));
+        let rt = current_thread();
+        let mut core = one_node_core(&rt, SchedulerBuilder::without_client(), 1);
         let pod = |uid: &str| -> Arc<Pod> {
             Arc::new(
                 serde_json::from_value(serde_json::json!({
@@ -1281,10 +1268,7 @@ mod tests {
     /// the queue, where it would be scheduled again as a ghost.
     #[test]
     fn a_pod_deleted_at_permit_is_not_queued_again() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = current_thread();
         let mut core = holding_core(&rt, 10);
         let pod: Arc<Pod> = Arc::new(
             serde_json::from_value(serde_json::json!({
@@ -1323,11 +1307,31 @@ mod tests {
             "profiles:\n- plugins:\n    permit:\n      enabled: [{name: Hold}]\n",
         )
         .expect("config");
-        let mut core = SchedulerBuilder::without_client()
-            .plugins(registry)
-            .config(cfg)
-            .build_core(rt.handle().clone())
-            .expect("core");
+        one_node_core(
+            rt,
+            SchedulerBuilder::without_client()
+                .plugins(registry)
+                .config(cfg),
+            pods,
+        )
+    }
+
+    /// A current-thread runtime for a core's binding cycles.
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    /// The core `builder` makes, knowing one node `n1` (4 CPUs, 8 GiB) with
+    /// room for `pods` pods.
+    fn one_node_core(
+        rt: &tokio::runtime::Runtime,
+        builder: SchedulerBuilder,
+        pods: u32,
+    ) -> SchedulerCore {
+        let mut core = builder.build_core(rt.handle().clone()).expect("core");
         let node: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
             "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": pods.to_string()}}}))
@@ -1356,10 +1360,7 @@ mod tests {
     /// and the preemptor is nominated for its room.
     #[test]
     fn a_victim_waiting_at_permit_is_rejected_not_deleted() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = current_thread();
         let mut core = holding_core(&rt, 1);
         let pod = |name: &str, priority: i32| -> Arc<Pod> {
             Arc::new(
@@ -1412,18 +1413,8 @@ mod tests {
     /// it (kube's nominator reads the status on every add).
     #[test]
     fn a_nomination_in_the_status_holds_the_room_after_a_restart() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let mut core = SchedulerBuilder::without_client()
-            .build_core(rt.handle().clone())
-            .expect("core");
-        let node: Node = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
-            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}}))
-        .expect("node");
-        core.handle_input(Input::NodeApply(Arc::new(node)));
+        let rt = current_thread();
+        let mut core = one_node_core(&rt, SchedulerBuilder::without_client(), 10);
         let pod = |name: &str, cpu: &str, priority: i32, extra: serde_json::Value| -> Input {
             let mut p = serde_json::json!({
                 "metadata": {"name": name, "namespace": "default", "uid": name},
