@@ -77,6 +77,11 @@ fn live(p: &Pod) -> bool {
 /// What the delayed kubelet does with a new pod, and after how long.
 type Decide = Box<dyn FnMut(&Pod, &mut Rng) -> (Fate, Duration) + Send>;
 
+/// Every pod turns Ready 0–40 ms after it is seen.
+fn ready_within_40ms() -> Decide {
+    Box::new(|_, rng| (Fate::Ready, Duration::from_millis(rng.range(0, 40) as u64)))
+}
+
 /// A kubelet that writes each new pod's status after a delay it picks,
 /// unless the pod is being deleted by then (guarded by resourceVersion, so
 /// a deleted pod never turns Succeeded afterwards).
@@ -253,11 +258,7 @@ async fn rolling_updates_keep_surge_and_availability() {
 
 async fn rolling_updates(env: &Env, seed: u64, n: usize) -> Tally {
     let mut rng = Rng::new(seed);
-    let _k = delayed_kubelet(
-        &env.client,
-        seed ^ 1,
-        Box::new(|_, rng| (Fate::Ready, Duration::from_millis(rng.range(0, 40) as u64))),
-    );
+    let _k = delayed_kubelet(&env.client, seed ^ 1, ready_within_40ms());
     let api: Api<Deployment> = Api::default_namespaced(env.client.clone());
     let mut tally = Tally::default();
     for i in 0..n {
@@ -414,11 +415,7 @@ async fn ordered_statefulsets_keep_their_order() {
 
 async fn ordered_statefulsets(env: &Env, seed: u64, n: usize) -> Tally {
     let mut rng = Rng::new(seed ^ 2);
-    let _k = delayed_kubelet(
-        &env.client,
-        seed ^ 3,
-        Box::new(|_, rng| (Fate::Ready, Duration::from_millis(rng.range(0, 40) as u64))),
-    );
+    let _k = delayed_kubelet(&env.client, seed ^ 3, ready_within_40ms());
     let api: Api<StatefulSet> = Api::default_namespaced(env.client.clone());
     let mut tally = Tally::default();
     for i in 0..n {
