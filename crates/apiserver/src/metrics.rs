@@ -3,6 +3,7 @@
 //! written for kube-apiserver (kubernetes-mixin, kube-prometheus) read them
 //! unchanged: `apiserver_request_total`, `apiserver_request_duration_seconds`,
 //! `apiserver_request_sli_duration_seconds`, `apiserver_current_inflight_requests`,
+//! `apiserver_longrunning_requests`, `apiserver_watch_events_total`,
 //! `apiserver_storage_objects` / `apiserver_resource_objects` and
 //! `kubernetes_build_info`.
 //!
@@ -143,6 +144,8 @@ struct WithCode {
     code: String,
 }
 
+/// The request labels without `dry_run` (and `code`): those of the SLI
+/// histogram and of `apiserver_longrunning_requests`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SliLabels {
     verb: String,
@@ -152,6 +155,13 @@ struct SliLabels {
     subresource: String,
     scope: String,
     component: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GvrLabels {
+    group: String,
+    version: String,
+    resource: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -221,6 +231,28 @@ pub(crate) struct ApiMetrics {
     mutating: InFlight,
     storage_objects: Family<StorageLabels, Gauge>,
     resource_objects: Family<ResourceLabels, Gauge>,
+    longrunning: Family<SliLabels, Gauge>,
+    watch_events: Family<GvrLabels, Counter>,
+}
+
+/// An open watch: counted in `apiserver_longrunning_requests` until
+/// dropped, and counting the events it sends.
+pub(crate) struct OpenWatch {
+    open: Gauge,
+    events: Counter,
+}
+
+impl OpenWatch {
+    /// One more event sent.
+    pub(crate) fn sent(&self) {
+        self.events.inc();
+    }
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
 }
 
 impl Default for ApiMetrics {
@@ -260,6 +292,8 @@ impl ApiMetrics {
         let storage_objects = Family::<StorageLabels, Gauge>::default();
         let resource_objects = Family::<ResourceLabels, Gauge>::default();
         let build = Family::<BuildLabels, Gauge>::default();
+        let longrunning = Family::<SliLabels, Gauge>::default();
+        let watch_events = Family::<GvrLabels, Counter>::default();
         registry.register(
             "apiserver_request",
             "[STABLE] Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code",
@@ -289,6 +323,16 @@ impl ApiMetrics {
             "apiserver_resource_objects",
             "[ALPHA] Number of stored objects at the time of last check split by kind. In case of a fetching error, the value will be -1",
             resource_objects.clone(),
+        );
+        registry.register(
+            "apiserver_longrunning_requests",
+            "[STABLE] Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope and component. Not all requests are tracked this way",
+            longrunning.clone(),
+        );
+        registry.register(
+            "apiserver_watch_events",
+            "[BETA] Number of events sent in watch clients",
+            watch_events.clone(),
         );
         registry.register(
             "kubernetes_build_info",
@@ -326,7 +370,34 @@ impl ApiMetrics {
             mutating: InFlight::default(),
             storage_objects,
             resource_objects,
+            longrunning,
+            watch_events,
         }
+    }
+
+    /// A watch of `def` starts (in a namespace, or across them): it counts
+    /// as long-running until the returned guard drops.
+    pub(crate) fn watch_opened(&self, def: &ResourceDef, namespaced: bool) -> OpenWatch {
+        let labels = SliLabels {
+            verb: "WATCH".into(),
+            group: def.group.clone(),
+            version: def.version.clone(),
+            resource: def.plural.clone(),
+            subresource: String::new(),
+            scope: if namespaced { "namespace" } else { "cluster" }.into(),
+            component: "apiserver".into(),
+        };
+        let open = self.longrunning.get_or_create(&labels).clone();
+        open.inc();
+        let events = self
+            .watch_events
+            .get_or_create(&GvrLabels {
+                group: labels.group,
+                version: labels.version,
+                resource: labels.resource,
+            })
+            .clone();
+        OpenWatch { open, events }
     }
 
     /// Count a request in flight (read-only or mutating by its method) until

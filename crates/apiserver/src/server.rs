@@ -187,6 +187,10 @@ impl ApiServer {
         })
     }
 
+    pub(crate) fn metrics(&self) -> &crate::metrics::ApiMetrics {
+        &self.inner.metrics
+    }
+
     /// The store underneath.
     pub fn store(&self) -> &Store {
         &self.inner.store

@@ -27,6 +27,26 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 /// Default and largest watch duration.
 const MAX_TIMEOUT: u64 = 1800;
 
+/// The watch's channel to its response body, counting what it sends
+/// (`apiserver_watch_events_total`) and open while the task runs
+/// (`apiserver_longrunning_requests`).
+struct Counted {
+    tx: mpsc::Sender<Bytes>,
+    open: crate::metrics::OpenWatch,
+}
+
+impl Counted {
+    async fn send(&self, b: Bytes) -> Result<(), mpsc::error::SendError<Bytes>> {
+        self.tx.send(b).await?;
+        self.open.sent();
+        Ok(())
+    }
+
+    async fn closed(&self) {
+        self.tx.closed().await;
+    }
+}
+
 struct Renderer {
     def: Arc<ResourceDef>,
     accept: Accept,
@@ -193,6 +213,11 @@ pub async fn watch(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
         Some(e) => Err(e),
         None => store.watch(&prefix, start).map_err(ApiError::from),
     };
+    let open = ctx
+        .server
+        .metrics()
+        .watch_opened(&ctx.def, ctx.ns.is_some());
+    let tx = Counted { tx, open };
     tokio::spawn(async move {
         let mut watcher = match watcher {
             Ok(w) => w,

@@ -472,6 +472,46 @@ async fn metrics_use_kube_apiservers_names_and_labels() {
         r#"apiserver_request_sli_duration_seconds_count{verb="CREATE",group="",version="v1",resource="configmaps",subresource="",scope="resource",component="apiserver"} 2"#
     ));
 
+    // An open watch is long-running, and counts the events it sends.
+    let req = Request::builder()
+        .uri(format!("{cms}?watch=1"))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let mut watch = server.handle(req).await.into_body();
+    let first = watch
+        .frame()
+        .await
+        .expect("an event")
+        .expect("a frame")
+        .into_data()
+        .expect("data");
+    assert!(first.starts_with(br#"{"type":"ADDED""#), "{first:?}");
+    let text =
+        String::from_utf8(raw(&server, "GET", "/metrics", "").await.1.to_vec()).expect("utf-8");
+    assert!(
+        text.lines().any(|l| l == r#"apiserver_longrunning_requests{verb="WATCH",group="",version="v1",resource="configmaps",subresource="",scope="namespace",component="apiserver"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l
+            == r#"apiserver_watch_events_total{group="",version="v1",resource="configmaps"} 1"#),
+        "{text}"
+    );
+    drop(watch);
+    // Closed by the client: no longer long-running.
+    let closed = r#"apiserver_longrunning_requests{verb="WATCH",group="",version="v1",resource="configmaps",subresource="",scope="namespace",component="apiserver"} 0"#;
+    let mut left = false;
+    for _ in 0..500 {
+        let text =
+            String::from_utf8(raw(&server, "GET", "/metrics", "").await.1.to_vec()).expect("utf-8");
+        if text.lines().any(|l| l == closed) {
+            left = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(left, "the closed watch still counts as long-running");
+
     let req = Request::builder()
         .uri("/metrics")
         .header(
