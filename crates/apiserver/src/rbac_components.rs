@@ -28,6 +28,9 @@ pub const CONTROLLER_MANAGER_USER: &str = "system:kube-controller-manager";
 pub const SCHEDULER_USER: &str = "system:kube-scheduler";
 /// The node simulator's user.
 pub const NODE_SIMULATOR_USER: &str = "system:kubeforge:node-simulator";
+/// The user of the object-state metrics (kube-state-metrics' role):
+/// it lists and watches what it reports on, nothing more.
+pub const STATE_METRICS_USER: &str = "system:kubeforge:kube-state-metrics";
 /// The namespace of the controllers' ServiceAccounts.
 pub const CONTROLLER_NAMESPACE: &str = "kube-system";
 
@@ -369,6 +372,13 @@ const ACCESS_REVIEWS: Rule = (
 /// `(name, rules)` of the component ClusterRoles besides the controllers'.
 const COMPONENTS: &[(&str, &[Rule])] = &[
     (
+        STATE_METRICS_USER,
+        &[
+            (&["list", "watch"], CORE, &["pods", "nodes"], &[]),
+            (&["list", "watch"], &["apps"], &["deployments"], &[]),
+        ],
+    ),
+    (
         CONTROLLER_MANAGER_USER,
         &[
             EVENTS,
@@ -517,6 +527,7 @@ const COMPONENT_BINDINGS: &[(&str, &str, &str)] = &[
         "system:node",
         NODE_SIMULATOR_USER,
     ),
+    (STATE_METRICS_USER, STATE_METRICS_USER, STATE_METRICS_USER),
 ];
 
 /// The ServiceAccounts (in `kube-system`) the built-in controllers write

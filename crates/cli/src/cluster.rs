@@ -134,6 +134,11 @@ pub struct ClusterArgs {
     /// Run without the workload controllers (Deployments, Jobs, … do nothing).
     #[arg(long)]
     no_workload_controllers: bool,
+    /// Serve the cluster's object-state metrics (kube-state-metrics'
+    /// names: pods, Deployments, nodes) at http://ADDR/metrics; plain
+    /// HTTP, so a loopback address.
+    #[arg(long, value_name = "ADDR")]
+    state_metrics: Option<std::net::SocketAddr>,
 }
 
 /// `--pod-exit-delay`: a duration, or `grace` (`None`).
@@ -164,6 +169,8 @@ pub struct Cluster {
     scheduler: Option<RunningScheduler>,
     simulator: Option<RunningSimulator>,
     operators: Option<Operators>,
+    /// Where the state metrics are served, and what stops them.
+    state_metrics: Option<(std::net::SocketAddr, tokio_util::sync::CancellationToken)>,
     delays: Delays,
 }
 
@@ -270,11 +277,20 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
             task: tokio::spawn(mgr.run()),
         })
     };
+    let state_metrics = match args.state_metrics {
+        Some(addr) => {
+            crate::state_metrics::require_loopback(addr, "--state-metrics");
+            let client = server.component_client(rbac_components::STATE_METRICS_USER);
+            Some(crate::state_metrics::start(client, addr).await?)
+        }
+        None => None,
+    };
     Ok(Cluster {
         workloads,
         scheduler,
         simulator,
         operators,
+        state_metrics,
         delays,
     })
 }
@@ -305,6 +321,11 @@ impl Cluster {
         if let Some(Operators { names, .. }) = &self.operators {
             out.push(format!("  operators:  {}", names.join(", ")));
         }
+        if let Some((addr, _)) = &self.state_metrics {
+            out.push(format!(
+                "  state:      http://{addr}/metrics (kube-state-metrics' series)"
+            ));
+        }
         out
     }
 
@@ -322,6 +343,9 @@ impl Cluster {
 
     /// Stop everything, operators first, nodes last but one.
     pub async fn stop(self) {
+        if let Some((_, stop)) = self.state_metrics {
+            stop.cancel();
+        }
         if let Some(ops) = self.operators {
             ops.shutdown.shutdown();
             let _ = ops.task.await;

@@ -14,6 +14,7 @@ mod operator;
 mod pki;
 mod scaffold;
 mod scheduler;
+mod state_metrics;
 mod webhook;
 
 use std::net::SocketAddr;
@@ -56,6 +57,9 @@ enum Command {
     /// Run kubeforge's scheduler (Scheduling Framework plugins, extenders)
     /// against a cluster, configured by a KubeSchedulerConfiguration file.
     Scheduler(scheduler::SchedulerArgs),
+    /// Serve a cluster's object-state metrics under kube-state-metrics'
+    /// names (pods, Deployments, nodes) at /metrics, on loopback.
+    StateMetrics(state_metrics::StateMetricsArgs),
     /// Run the admission policy server (AdmissionPolicy CRD) as webhooks
     /// against a cluster; also keygen, sign and crd.
     Webhook(webhook::WebhookArgs),
@@ -247,6 +251,7 @@ fn main() -> Result<std::process::ExitCode> {
         Command::Apiserver(args) => rt.block_on(serve(args, None)),
         Command::Operator(args) => rt.block_on(operator::run(args)),
         Command::Scheduler(args) => rt.block_on(scheduler::run(args)),
+        Command::StateMetrics(args) => rt.block_on(state_metrics::run(args)),
         Command::Webhook(args) => rt.block_on(webhook::run(args)),
         Command::Authz(args) => rt.block_on(authz::run(args)),
         Command::Init(_) | Command::Create(_) | Command::Manifests(_) => {

@@ -355,25 +355,9 @@ fn the_kubernetes_service_points_at_the_api_server() {
     assert!(eps.contains(&format!("127.0.0.1:{port}")), "{eps}");
 }
 
-/// `kubectl get --raw /metrics` reads the API server's metrics under
-/// kube-apiserver's names (the request just made counted as kube counts
-/// it), and `system:monitoring` may read them where another user may not.
-#[test]
-fn kubectl_reads_the_api_servers_metrics() {
-    let c = Cluster::start(&[]);
-    let kubectl = common::default_kubectl();
-    c.ok(&kubectl, &["get", "namespaces"]);
-    let text = c.ok(&kubectl, &["get", "--raw", "/metrics"]);
-    let listed = text.lines().find(|l| {
-        l.starts_with(r#"apiserver_request_total{verb="LIST",dry_run="",group="",version="v1",resource="namespaces",subresource="",scope="cluster",component="apiserver",code="200"}"#)
-    });
-    let count: f64 = listed
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or_default();
-    assert!(count >= 1.0, "the LIST of namespaces is counted:\n{text}");
-    assert!(text.contains("# TYPE apiserver_request_duration_seconds histogram"));
-    assert!(text.contains(r#"apiserver_storage_objects{resource="namespaces"}"#));
-    // Clean under Prometheus' own linter (scripts/test-all.sh installs it).
+/// `promtool check metrics` (Debian's prometheus, installed by
+/// scripts/test-all.sh) finds nothing to say about `text`.
+fn promtool_check(text: &str) {
     let mut promtool = std::process::Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
@@ -393,6 +377,28 @@ fn kubectl_reads_the_api_servers_metrics() {
         String::from_utf8_lossy(&lint.stdout),
         String::from_utf8_lossy(&lint.stderr)
     );
+}
+
+/// `kubectl get --raw /metrics` reads the API server's metrics under
+/// kube-apiserver's names (the request just made counted as kube counts
+/// it), and `system:monitoring` may read them where another user may not.
+#[test]
+fn kubectl_reads_the_api_servers_metrics() {
+    let c = Cluster::start(&[]);
+    let kubectl = common::default_kubectl();
+    c.ok(&kubectl, &["get", "namespaces"]);
+    let text = c.ok(&kubectl, &["get", "--raw", "/metrics"]);
+    let listed = text.lines().find(|l| {
+        l.starts_with(r#"apiserver_request_total{verb="LIST",dry_run="",group="",version="v1",resource="namespaces",subresource="",scope="cluster",component="apiserver",code="200"}"#)
+    });
+    let count: f64 = listed
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_default();
+    assert!(count >= 1.0, "the LIST of namespaces is counted:\n{text}");
+    assert!(text.contains("# TYPE apiserver_request_duration_seconds histogram"));
+    assert!(text.contains(r#"apiserver_storage_objects{resource="namespaces"}"#));
+    // Clean under Prometheus' own linter (scripts/test-all.sh installs it).
+    promtool_check(&text);
     let can = |who: &[&str]| {
         let mut args = vec!["auth", "can-i", "get", "/metrics"];
         args.extend_from_slice(who);
@@ -404,6 +410,73 @@ fn kubectl_reads_the_api_servers_metrics() {
         "yes"
     );
     assert_eq!(can(&["--as", "eve"]), "no");
+}
+
+/// `kubeforge up --state-metrics`: kube-state-metrics' series follow the
+/// cluster (a Deployment rolled out, its pods Running, the nodes Ready),
+/// clean under promtool; off loopback it refuses to start (exit 2).
+#[test]
+fn state_metrics_follow_the_cluster() {
+    let c = Cluster::start(&["--state-metrics", "127.0.0.1:0"]);
+    let url = c
+        .state_metrics
+        .clone()
+        .expect("kubeforge printed the state metrics URL");
+    let kubectl = common::default_kubectl();
+    c.ok(
+        &kubectl,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--replicas=2",
+        ],
+    );
+    c.ok(
+        &kubectl,
+        &["rollout", "status", "deploy/web", "--timeout=60s"],
+    );
+    let scrape = || {
+        let out = std::process::Command::new("curl")
+            .args(["-sf", &url])
+            .output()
+            .expect("run curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let want = [
+        r#"kube_deployment_status_replicas_available{namespace="default",deployment="web"} 2"#,
+        r#"kube_deployment_spec_replicas{namespace="default",deployment="web"} 2"#,
+        r#"kube_node_status_condition{node="node-0",condition="Ready",status="true"} 1"#,
+    ];
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = scrape();
+        if want.iter().all(|w| text.lines().any(|l| l == *w)) {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "state metrics never showed {want:?}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let running = text
+        .lines()
+        .filter(|l| l.starts_with("kube_pod_status_phase{namespace=\"default\",pod=\"web-"))
+        .filter(|l| l.contains(r#"phase="Running"} 1"#))
+        .count();
+    assert_eq!(running, 2, "two web pods Running:\n{text}");
+    promtool_check(&text);
+
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_kubeforge"))
+        .args(["state-metrics", "--listen", "0.0.0.0:0", "--kubeconfig"])
+        .arg(&c.kubeconfig)
+        .output()
+        .expect("run kubeforge state-metrics");
+    assert_eq!(refused.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("only on a loopback address"), "{err}");
 }
 
 #[test]

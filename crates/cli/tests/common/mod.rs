@@ -38,6 +38,8 @@ pub struct Cluster {
     pub dir: TempDir,
     pub kubeconfig: PathBuf,
     pub url: String,
+    /// The state metrics' URL, with `--state-metrics`.
+    pub state_metrics: Option<String>,
 }
 
 impl Cluster {
@@ -61,10 +63,14 @@ impl Cluster {
         let mut lines = BufReader::new(stdout).lines();
         let mut kubeconfig = None;
         let mut url = None;
+        let mut state_metrics = None;
         for line in lines.by_ref() {
             let line = line.expect("read stdout");
             if let Some(u) = line.trim().strip_prefix("API server: ") {
                 url = Some(u.to_string());
+            }
+            if let Some(s) = line.trim().strip_prefix("state:") {
+                state_metrics = s.split_whitespace().next().map(String::from);
             }
             if let Some(k) = line.strip_prefix("export KUBECONFIG=") {
                 kubeconfig = Some(PathBuf::from(k));
@@ -78,6 +84,7 @@ impl Cluster {
             dir,
             kubeconfig: kubeconfig.expect("kubeforge printed the export line"),
             url: url.expect("kubeforge printed its URL"),
+            state_metrics,
         }
     }
 
