@@ -451,10 +451,6 @@ impl<K: Cacheable> Shared<K> {
             .observe(waited.as_secs_f64());
     }
 
-    fn count(&self, result: &str) {
-        self.metrics.count_reconcile(&self.name, result);
-    }
-
     /// A rate-limited requeue: the next backoff step.
     fn requeue_rate_limited(&self, key: ObjectRef<K>) -> Duration {
         let delay = self.backoff.when(key.clone());
@@ -681,32 +677,25 @@ where
                 }
                 Err(e) => Err(ReconcileError::new(format!("reconcile task ended: {e}"))),
             };
+            m.count_outcome(&shared.labels, &result);
             match result {
                 Ok(action) => match action.requeue_after() {
                     None => {
                         shared.backoff.forget(&key);
-                        shared.count("success");
                         Ok(kube::runtime::controller::Action::await_change())
                     }
                     Some(d) if d.is_zero() => {
-                        shared.count("requeue");
                         let delay = shared.requeue_rate_limited(key);
                         Ok(kube::runtime::controller::Action::requeue(delay))
                     }
                     Some(d) => {
                         shared.backoff.forget(&key);
-                        shared.count("requeue_after");
                         shared.add(key, Instant::now() + d);
                         Ok(action.into())
                     }
                 },
                 Err(e) => {
-                    shared.count("error");
-                    m.reconcile_errors.get_or_create(&shared.labels).inc();
                     if e.is_terminal() {
-                        m.terminal_reconcile_errors
-                            .get_or_create(&shared.labels)
-                            .inc();
                         shared.backoff.forget(&key);
                         tracing::error!(error = %e, "reconcile failed with a terminal error; not retried");
                     } else {

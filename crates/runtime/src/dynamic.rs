@@ -185,7 +185,6 @@ impl<C: Send + Sync + 'static> DynamicControllerBuilder<'_, C> {
                                 let key = key_of(&obj);
                                 let backoff = on_ok.clone();
                                 let (m, labels) = (metrics.clone(), labels.clone());
-                                let name = labels.controller.clone();
                                 let workers = m.active_workers.get_or_create_owned(&labels);
                                 workers.inc();
                                 let started = Instant::now();
@@ -206,32 +205,21 @@ impl<C: Send + Sync + 'static> DynamicControllerBuilder<'_, C> {
                                             )))
                                         }
                                     };
+                                    m.count_outcome(&labels, &result);
                                     match result {
                                         Ok(action) => match action.requeue_after() {
-                                            None => {
-                                                backoff.forget(&key);
-                                                m.count_reconcile(&name, "success");
-                                                Ok(action.into())
-                                            }
                                             Some(d) if d.is_zero() => {
-                                                m.count_reconcile(&name, "requeue");
                                                 Ok(kube::runtime::controller::Action::requeue(
                                                     backoff.when(key),
                                                 ))
                                             }
-                                            Some(_) => {
+                                            _ => {
                                                 backoff.forget(&key);
-                                                m.count_reconcile(&name, "requeue_after");
                                                 Ok(action.into())
                                             }
                                         },
                                         Err(e) => {
-                                            m.count_reconcile(&name, "error");
-                                            m.reconcile_errors.get_or_create(&labels).inc();
                                             if e.is_terminal() {
-                                                m.terminal_reconcile_errors
-                                                    .get_or_create(&labels)
-                                                    .inc();
                                                 backoff.forget(&key);
                                             }
                                             Err(Failed::from(e))

@@ -253,6 +253,19 @@ pub(crate) struct WatchScope<K> {
     pub config: watcher::Config,
 }
 
+impl<K> WatchScope<K> {
+    /// Watch only what matches label selector `labels` and field selector
+    /// `fields` (an empty one selects everything).
+    pub(crate) fn select(&mut self, labels: &str, fields: &str) {
+        if !labels.is_empty() {
+            self.config = std::mem::take(&mut self.config).labels(labels);
+        }
+        if !fields.is_empty() {
+            self.config = std::mem::take(&mut self.config).fields(fields);
+        }
+    }
+}
+
 impl<K: Cacheable> WatchScope<K> {
     /// Every `K` in namespace `ns` (every namespace when `None`; a
     /// cluster-scoped kind's every object).
@@ -558,11 +571,6 @@ impl Scope {
         self
     }
 
-    /// The namespace, if one was given.
-    pub fn namespace_name(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-
     /// The same namespace without the selectors: what a scoped
     /// controller's owned and watched kinds are cached under (their
     /// objects need not carry the primary kind's labels).
@@ -646,14 +654,7 @@ impl Informers {
             Some(sc) => {
                 let ns = sc.namespace.clone().or_else(|| self.namespace.clone());
                 let inf = Informer::<K>::new(self.compact, ns, Some(sc));
-                inf.scope(|w| {
-                    if !sc.labels.is_empty() {
-                        w.config = std::mem::take(&mut w.config).labels(&sc.labels);
-                    }
-                    if !sc.fields.is_empty() {
-                        w.config = std::mem::take(&mut w.config).fields(&sc.fields);
-                    }
-                });
+                inf.scope(|w| w.select(&sc.labels, &sc.fields));
                 inf
             }
         };

@@ -88,14 +88,9 @@ impl ManagerBuilder {
     pub fn selector_for<K: Cacheable>(mut self, labels: &str, fields: &str) -> Self {
         let (labels, fields) = (labels.to_string(), fields.to_string());
         self.scopes.push(Box::new(move |informers: &Informers| {
-            informers.get::<K>().scope(move |s| {
-                if !labels.is_empty() {
-                    s.config = std::mem::take(&mut s.config).labels(&labels);
-                }
-                if !fields.is_empty() {
-                    s.config = std::mem::take(&mut s.config).fields(&fields);
-                }
-            });
+            informers
+                .get::<K>()
+                .scope(move |s| s.select(&labels, &fields));
         }));
         self
     }

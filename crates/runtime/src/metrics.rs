@@ -272,15 +272,35 @@ impl Metrics {
         self.active_workers.get_or_create(&c).set(0);
     }
 
-    /// Count one reconcile of `controller` ending in `result` (`success`,
-    /// `error`, `requeue`, `requeue_after`).
-    pub(crate) fn count_reconcile(&self, controller: &str, result: &str) {
+    /// Count a finished reconcile of controller `c` as controller-runtime
+    /// does: its result (`success`, `requeue` for a requeue with no delay,
+    /// `requeue_after`, `error`), and an error in `reconcile_errors_total`
+    /// (and `terminal_reconcile_errors_total` when terminal).
+    pub(crate) fn count_outcome(
+        &self,
+        c: &ControllerLabels,
+        outcome: &Result<crate::Action, crate::ReconcileError>,
+    ) {
+        let result = match outcome {
+            Ok(action) => match action.requeue_after() {
+                None => "success",
+                Some(d) if d.is_zero() => "requeue",
+                Some(_) => "requeue_after",
+            },
+            Err(_) => "error",
+        };
         self.reconcile_total
             .get_or_create(&ResultLabels {
-                controller: controller.to_string(),
+                controller: c.controller.clone(),
                 result: result.to_string(),
             })
             .inc();
+        if let Err(e) = outcome {
+            self.reconcile_errors.get_or_create(c).inc();
+            if e.is_terminal() {
+                self.terminal_reconcile_errors.get_or_create(c).inc();
+            }
+        }
     }
 
     /// Declare a work queue named `name` (a controller's, or a
