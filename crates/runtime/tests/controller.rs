@@ -31,6 +31,14 @@ fn cm(name: &str) -> ConfigMap {
     }
 }
 
+/// ConfigMap `ns/name` labelled `app=<app>`.
+fn labelled_cm(ns: &str, name: &str, app: &str) -> ConfigMap {
+    let mut c = cm(name);
+    c.metadata.namespace = Some(ns.into());
+    c.metadata.labels = Some(BTreeMap::from([("app".to_string(), app.to_string())]));
+    c
+}
+
 async fn create_cm(client: &Client, name: &str) -> ConfigMap {
     Api::<ConfigMap>::namespaced(client.clone(), "default")
         .create(&PostParams::default(), &cm(name))
@@ -1305,18 +1313,12 @@ async fn caches_scoped_to_a_namespace_and_a_selector() {
         });
     let stop = mgr.shutdown_handle();
     let run = tokio::spawn(mgr.run());
-    let make = |ns: &str, name: &str, app: &str| {
-        let mut c = cm(name);
-        c.metadata.namespace = Some(ns.into());
-        c.metadata.labels = Some(BTreeMap::from([("app".to_string(), app.to_string())]));
-        c
-    };
     let team: Api<ConfigMap> = Api::namespaced(admin.clone(), "team");
     let default: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
     for (api, c) in [
-        (&default, make("default", "elsewhere", "web")),
-        (&team, make("team", "other-app", "db")),
-        (&team, make("team", "web-config", "web")),
+        (&default, labelled_cm("default", "elsewhere", "web")),
+        (&team, labelled_cm("team", "other-app", "db")),
+        (&team, labelled_cm("team", "web-config", "web")),
     ] {
         api.create(&PostParams::default(), &c)
             .await
@@ -1549,17 +1551,11 @@ async fn one_kind_under_two_scopes() {
     let stop = mgr.shutdown_handle();
     let run = tokio::spawn(mgr.run());
 
-    let make = |ns: &str, name: &str, app: &str| {
-        let mut c = cm(name);
-        c.metadata.namespace = Some(ns.into());
-        c.metadata.labels = Some(BTreeMap::from([("app".to_string(), app.to_string())]));
-        c
-    };
     let mut web_uid = String::new();
     for c in [
-        make("team", "web", "web"),
-        make("team", "db", "db"),
-        make("default", "settings", "web"),
+        labelled_cm("team", "web", "web"),
+        labelled_cm("team", "db", "db"),
+        labelled_cm("default", "settings", "web"),
     ] {
         let ns = c.metadata.namespace.clone().unwrap_or_default();
         let made = Api::<ConfigMap>::namespaced(admin.clone(), &ns)
