@@ -141,6 +141,15 @@ pub struct ClusterArgs {
     state_metrics: Option<std::net::SocketAddr>,
 }
 
+impl ClusterArgs {
+    /// Refuse (exit 2) what cannot be served, before anything starts.
+    pub fn check(&self) {
+        if let Some(addr) = self.state_metrics {
+            crate::state_metrics::require_loopback(addr, "--state-metrics");
+        }
+    }
+}
+
 /// `--pod-exit-delay`: a duration, or `grace` (`None`).
 #[derive(Clone, Copy, Debug)]
 struct ExitDelay(Option<Duration>);
@@ -279,7 +288,6 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
     };
     let state_metrics = match args.state_metrics {
         Some(addr) => {
-            crate::state_metrics::require_loopback(addr, "--state-metrics");
             let client = server.component_client(rbac_components::STATE_METRICS_USER);
             Some(crate::state_metrics::start(client, addr).await?)
         }

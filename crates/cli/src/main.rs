@@ -274,6 +274,9 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
             )
             .exit();
     }
+    if let Some(c) = &cluster {
+        c.check();
+    }
     let up = cluster.is_some();
     let started = Instant::now();
     std::fs::create_dir_all(&args.data_dir).with_context(|| {

@@ -477,6 +477,28 @@ fn state_metrics_follow_the_cluster() {
     assert_eq!(refused.status.code(), Some(2));
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(err.contains("only on a loopback address"), "{err}");
+    // `up` refuses it before it starts anything (no state directory).
+    let state = c.dir.0.join("refused-state");
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_kubeforge"))
+        .args([
+            "up",
+            "--memory",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-metrics",
+            "0.0.0.0:0",
+            "--data-dir",
+        ])
+        .arg(&state)
+        .output()
+        .expect("run kubeforge up");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("only on a loopback address"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!state.exists(), "nothing was written before the refusal");
 }
 
 #[test]
