@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run every test of the workspace on a fresh machine: installs what the tests
-# need (Python's kubernetes client, openssl, curl, make, promtool), checks the kubectl binaries the tests
+# need (Python's kubernetes client, openssl, curl, make, promtool, containerd
+# and what container nodes run), checks the kubectl binaries the tests
 # drive, checks formatting, lints and docs, then builds and runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,20 @@ fi
 if ! command -v promtool >/dev/null 2>&1; then
   echo "test-all: installing prometheus (promtool; Debian package)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+fi
+
+# Container nodes (crates/node): containerd with runc, the reference CNI
+# plugins, the distribution registry, busybox and memcached to build images
+# from, nft for the egress guard; protoc builds the CRI protocol (k8s-cri).
+node_missing=()
+for pair in containerd:containerd runc:runc docker-registry:docker-registry \
+    busybox:busybox-static memcached:memcached protoc:protobuf-compiler nft:nftables; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${pair%%:*}" ] || node_missing+=("${pair#*:}")
+done
+[ -x /usr/lib/cni/bridge ] || node_missing+=(containernetworking-plugins)
+if [ "${#node_missing[@]}" -gt 0 ]; then
+  echo "test-all: installing ${node_missing[*]} (Debian packages, for container nodes)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${node_missing[@]}"
 fi
 
 if ! python3 -c 'import kubernetes' 2>/dev/null; then

@@ -39,6 +39,7 @@
 //! ```
 
 pub mod disruption;
+pub mod expansion;
 pub mod fields;
 pub mod gofmt;
 pub mod labels;

@@ -1,0 +1,297 @@
+#![allow(clippy::unwrap_used)]
+//! Pods that really run: a private containerd (Debian's, with runc and the
+//! reference CNI plugins), images built from this machine's busybox into a
+//! local docker-registry, and the node agent driving them over CRI for an
+//! in-process API server. Needs root and the packages scripts/test-all.sh
+//! installs; without them the test fails saying what is missing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+use kubeforge_node::containerd::{Containerd, ContainerdConfig, SANDBOX_IMAGE};
+use kubeforge_node::cri::api;
+use kubeforge_node::image::{self, ImageRef};
+use kubeforge_node::registry::{LocalRegistry, RegistryClient};
+use kubeforge_node::{AgentConfig, network};
+use kubeforge_testenv::{TestEnv, eventually_some};
+use serde_json::json;
+
+const CNI_BIN: &str = "/usr/lib/cni";
+
+struct Machine {
+    dir: PathBuf,
+    guard: network::Guard,
+    registry: LocalRegistry,
+    containerd: Containerd,
+}
+
+async fn machine(tag: &str) -> Machine {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    // Short: the containerd socket path must fit a sockaddr_un.
+    let dir = PathBuf::from(format!("/tmp/kf-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let registry = LocalRegistry::start(&dir.join("registry"), 0)
+        .await
+        .expect("the local registry starts");
+    let client = RegistryClient::new(registry.addr());
+    for (preset, name) in [("busybox", "busybox:1.36"), ("pause", SANDBOX_IMAGE)] {
+        image::preset(preset)
+            .unwrap()
+            .push(&client, &ImageRef::parse(name).unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("pushing {name}: {e}"));
+    }
+    let guard = network::install_guard().expect("the egress guard installs");
+    let containerd = Containerd::start(&ContainerdConfig {
+        dir: dir.join("ctd"),
+        cni_bin_dir: CNI_BIN.into(),
+        cni_conflist: Some(network::reference_conflist(
+            "10.244.7.0/24",
+            &dir.join("ipam"),
+        )),
+        registry: Some(registry.addr().to_string()),
+    })
+    .await
+    .expect("containerd starts (needs root, containerd, runc, containernetworking-plugins)");
+    Machine {
+        dir,
+        guard,
+        registry,
+        containerd,
+    }
+}
+
+impl Machine {
+    async fn stop(self) {
+        let cri = self.containerd.cri();
+        self.containerd.stop().await;
+        self.registry.stop().await;
+        network::remove_guard_and_bridge(self.guard);
+        assert!(
+            kubeforge_node::host::mounts_under(&self.dir).is_empty(),
+            "nothing stays mounted under {}",
+            self.dir.display()
+        );
+        drop(cri);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn pod(name: &str, spec: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"}, "spec": spec}))
+    .unwrap()
+}
+
+async fn wait_pod(api: &Api<Pod>, name: &str, what: &str, check: impl Fn(&Pod) -> bool) -> Pod {
+    eventually_some(what, Duration::from_secs(60), || async {
+        api.get(name).await.ok().filter(|p| check(p))
+    })
+    .await
+}
+
+fn container_state(p: &Pod) -> serde_json::Value {
+    serde_json::to_value(
+        &p.status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0],
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_run_in_containerd_and_leave_nothing_behind() {
+    let m = machine("pods").await;
+    let env = TestEnv::builder().controllers().start().await.unwrap();
+    let client = env.client();
+    let mut cfg = AgentConfig::new("box-1", m.containerd.socket(), m.dir.join("agent"));
+    cfg.labels = BTreeMap::from([(
+        "node.kubeforge.io/containers".to_string(),
+        "true".to_string(),
+    )]);
+    let agent = kubeforge_node::start(client.clone(), cfg)
+        .await
+        .expect("the agent starts");
+
+    // The Node is registered with what the runtime says.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = eventually_some("the node is Ready", Duration::from_secs(30), || async {
+        nodes.get("box-1").await.ok().filter(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+    })
+    .await;
+    let info = node.status.as_ref().unwrap().node_info.as_ref().unwrap();
+    assert!(
+        info.container_runtime_version
+            .starts_with("containerd://1."),
+        "{info:?}"
+    );
+
+    // A pod runs: its command sees $(VAR) expanded and downward-API env.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let spec = json!({"nodeName": "box-1", "containers": [{"name": "main", "image": "busybox:1.36",
+        "command": ["sh", "-c", "echo hello from $(POD_NAME) at $MY_IP; sleep 3600"],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}]});
+    pods.create(&PostParams::default(), &pod("hello", spec))
+        .await
+        .unwrap();
+    let running = wait_pod(&pods, "hello", "hello is Running", |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    })
+    .await;
+    let status = running.status.as_ref().unwrap();
+    let ip = status.pod_ip.clone().expect("a pod IP");
+    assert!(ip.starts_with("10.244.7."), "{ip}");
+    let c = container_state(&running);
+    assert!(
+        c["containerID"]
+            .as_str()
+            .unwrap()
+            .starts_with("containerd://"),
+        "{c}"
+    );
+    assert_eq!(c["ready"], true);
+    assert!(c["imageID"].as_str().unwrap().contains("sha256:"), "{c}");
+    let conds: Vec<_> = status
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| (c.type_.clone(), c.status.clone()))
+        .collect();
+    for want in [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+    ] {
+        assert!(
+            conds.contains(&(want.to_string(), "True".to_string())),
+            "{want} in {conds:?}"
+        );
+    }
+    // What the process wrote is in its CRI log.
+    let log_dir = m.dir.join("agent/logs");
+    let log = eventually_some("the log has the greeting", Duration::from_secs(20), || {
+        let log_dir = log_dir.clone();
+        async move {
+            let dir = std::fs::read_dir(&log_dir).ok()?.flatten().next()?.path();
+            let text = std::fs::read_to_string(dir.join("main/0.log")).ok()?;
+            text.contains("hello from hello").then_some(text)
+        }
+    })
+    .await;
+    assert!(log.contains(&format!("hello from hello at {ip}")), "{log}");
+
+    // A crashing container restarts with a back-off.
+    let spec = json!({"nodeName": "box-1", "containers": [{"name": "crash", "image": "busybox:1.36",
+        "command": ["sh", "-c", "echo dying; exit 3"]}]});
+    pods.create(&PostParams::default(), &pod("crash", spec))
+        .await
+        .unwrap();
+    let looping = wait_pod(&pods, "crash", "crash is in CrashLoopBackOff", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|cs| {
+                cs[0]
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .and_then(|w| w.reason.as_deref())
+                    == Some("CrashLoopBackOff")
+            })
+    })
+    .await;
+    let c = container_state(&looping);
+    assert!(c["restartCount"].as_i64().unwrap() >= 1, "{c}");
+    assert_eq!(c["lastState"]["terminated"]["exitCode"], 3);
+    assert_eq!(c["lastState"]["terminated"]["reason"], "Error");
+    assert!(
+        c["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("back-off 10s restarting failed container=crash pod=crash_default("),
+        "{c}"
+    );
+
+    // An image nobody built: ErrImagePull, then ImagePullBackOff, with the hint.
+    let spec = json!({"nodeName": "box-1", "containers": [{"name": "c", "image": "nosuch:9"}]});
+    pods.create(&PostParams::default(), &pod("unbuilt", spec))
+        .await
+        .unwrap();
+    let failed = wait_pod(&pods, "unbuilt", "unbuilt waits on its image", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|cs| {
+                cs[0]
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .and_then(|w| w.reason.as_deref())
+                    == Some("ImagePullBackOff")
+            })
+    })
+    .await;
+    let c = container_state(&failed);
+    assert!(
+        c["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("kubeforge image build nosuch:9"),
+        "{c}"
+    );
+
+    // Deleting pods stops and removes their sandboxes.
+    for name in ["hello", "crash", "unbuilt"] {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let cri = m.containerd.cri();
+    eventually_some("every sandbox is gone", Duration::from_secs(60), || {
+        let cri = cri.clone();
+        let pods = pods.clone();
+        async move {
+            let mut rt = cri.runtime.clone();
+            let left = rt
+                .list_pod_sandbox(api::ListPodSandboxRequest { filter: None })
+                .await
+                .ok()?
+                .into_inner()
+                .items;
+            let objects = pods.list(&Default::default()).await.ok()?.items;
+            (left.is_empty() && objects.is_empty()).then_some(())
+        }
+    })
+    .await;
+    assert!(
+        std::fs::read_dir(m.dir.join("agent/logs"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "pod logs are removed with the pods"
+    );
+    agent.stop_and_remove_pods().await;
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+        let left = hierarchy.path().join("kubeforge/box-1");
+        assert!(!left.exists(), "{} is removed", left.display());
+    }
+    env.stop().await;
+    m.stop().await;
+    let _ = Path::new(CNI_BIN);
+}
