@@ -143,6 +143,8 @@ pub(crate) fn subresources(d: &ResourceDef) -> Vec<Subresource> {
         });
     }
     if d.eviction {
+        // Pods: their logs are served by the node (`crate::nodeproxy`).
+        out.push(own("log", &["get"]));
         out.push(Subresource {
             name: "eviction",
             group: "policy".into(),

@@ -31,6 +31,20 @@ pub const NODE_SIMULATOR_USER: &str = "system:kubeforge:node-simulator";
 /// The user of the object-state metrics (kube-state-metrics' role):
 /// it lists and watches what it reports on, nothing more.
 pub const STATE_METRICS_USER: &str = "system:kubeforge:kube-state-metrics";
+/// The group node agents authenticate in (`system:node:<name>`).
+pub const NODES_GROUP: &str = "system:nodes";
+/// The user the API server calls kubelets as (kubeadm's name).
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
+
+/// A node agent's user: `system:node:<name>` in `system:nodes`, as its
+/// client certificate names it.
+pub fn node_user(node: &str) -> UserInfo {
+    UserInfo::new(
+        &format!("system:node:{node}"),
+        [NODES_GROUP, ALL_AUTHENTICATED],
+    )
+}
+
 /// The namespace of the controllers' ServiceAccounts.
 pub const CONTROLLER_NAMESPACE: &str = "kube-system";
 
@@ -586,5 +600,36 @@ pub(crate) async fn ensure(server: &ApiServer) -> ApiResult<()> {
         let binding = cluster_role_binding(name, role, vec![subject]);
         crate::rest::ensure_object(server, CLUSTER_ROLE_BINDINGS, binding).await?;
     }
+    // Node agents (`system:node:<name>` in `system:nodes`) get kube's
+    // `system:node` role by binding, as before kube's Node authorizer: a
+    // node may read every ConfigMap and Secret, not only its pods' (see
+    // docs/COMPATIBILITY.md).
+    let nodes =
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": NODES_GROUP});
+    let binding = cluster_role_binding("kubeforge:nodes", "system:node", vec![nodes]);
+    crate::rest::ensure_object(server, CLUSTER_ROLE_BINDINGS, binding).await?;
+    // The API server's kubelet client may use every node's API (kubeadm's
+    // `kube-apiserver-kubelet-client` bound to `system:kubelet-api-admin`).
+    let client = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUBELET_CLIENT_USER});
+    let role = cluster_role(
+        "system:kubelet-api-admin",
+        rules_json(&[
+            (READ, CORE, &["nodes"], &[]),
+            (&["proxy"], CORE, &["nodes"], &[]),
+            (
+                &["*"],
+                CORE,
+                &["nodes/proxy", "nodes/metrics", "nodes/stats", "nodes/log"],
+                &[],
+            ),
+        ]),
+    );
+    crate::rest::ensure_object(server, CLUSTER_ROLES, role).await?;
+    let binding = cluster_role_binding(
+        KUBELET_CLIENT_USER,
+        "system:kubelet-api-admin",
+        vec![client],
+    );
+    crate::rest::ensure_object(server, CLUSTER_ROLE_BINDINGS, binding).await?;
     Ok(())
 }

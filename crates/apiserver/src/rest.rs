@@ -104,6 +104,7 @@ pub async fn serve(
             Method::PATCH => crate::patch::patch(&mut ctx, &body, Sub::EphemeralContainers).await,
             _ => Err(ApiError::method_not_supported(ctx.def.gr(), m.as_str())),
         },
+        (Some("log"), true, &Method::GET) if ctx.def.eviction => crate::nodeproxy::log(&ctx).await,
         (Some("eviction"), true, &Method::POST) if ctx.def.eviction => {
             crate::eviction::evict(&mut ctx, &body).await
         }

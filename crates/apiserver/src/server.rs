@@ -51,6 +51,8 @@ pub(crate) struct Inner {
     pub access: crate::authz::Access,
     /// What `/metrics` serves.
     pub metrics: crate::metrics::ApiMetrics,
+    /// How `pods/log` reaches kubelets (none: such requests fail).
+    pub kubelet: std::sync::RwLock<Option<crate::nodeproxy::KubeletClient>>,
 }
 
 impl ApiServer {
@@ -73,6 +75,7 @@ impl ApiServer {
                 bootstrap: Default::default(),
                 access: Default::default(),
                 metrics: Default::default(),
+                kubelet: Default::default(),
             }),
         };
         let issuer =
@@ -714,6 +717,24 @@ impl ApiServer {
             .audit
             .write()
             .unwrap_or_else(|p| p.into_inner()) = log.map(Arc::new);
+    }
+
+    /// The client certificate `pods/log` presents to kubelets (kube's
+    /// `--kubelet-client-certificate`); without one such requests fail.
+    pub fn set_kubelet_client(&self, client: Option<crate::nodeproxy::KubeletClient>) {
+        *self
+            .inner
+            .kubelet
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = client;
+    }
+
+    pub(crate) fn kubelet_client(&self) -> Option<crate::nodeproxy::KubeletClient> {
+        self.inner
+            .kubelet
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Proxies (by network) whose `X-Forwarded-For` header names the

@@ -256,50 +256,14 @@ async fn container_logs(
             &format!("pod \"{pod_name}\" in namespace \"{ns}\" not found on this node"),
         );
     };
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let id = match log_container_id(&pod, pod_name, container, opts.previous) {
+        Ok(id) => id,
+        Err(msg) => return full(StatusCode::BAD_REQUEST, "text/plain; charset=utf-8", msg),
+    };
     let mut rt = shared.cri.runtime.clone();
-    let list = match rt
-        .list_containers(api::ListContainersRequest {
-            filter: Some(api::ContainerFilter {
-                label_selector: std::collections::HashMap::from([
-                    (crate::pod::POD_UID.to_string(), uid),
-                    (
-                        crate::pod::CONTAINER_NAME.to_string(),
-                        container.to_string(),
-                    ),
-                ]),
-                ..Default::default()
-            }),
-        })
-        .await
-    {
-        Ok(l) => l.into_inner().containers,
-        Err(e) => {
-            return status(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "InternalError",
-                e.message(),
-            );
-        }
-    };
-    let mut runs = list;
-    runs.sort_by_key(|c| std::cmp::Reverse(c.metadata.as_ref().map_or(0, |m| m.attempt)));
-    let wanted = if opts.previous {
-        runs.get(1)
-    } else {
-        runs.first()
-    };
-    let Some(run) = wanted else {
-        let msg = if opts.previous {
-            format!("previous terminated container \"{container}\" in pod \"{pod_name}\" not found")
-        } else {
-            format!("container \"{container}\" in pod \"{pod_name}\" is not available")
-        };
-        return status(StatusCode::BAD_REQUEST, "BadRequest", &msg);
-    };
     let st = match rt
         .container_status(api::ContainerStatusRequest {
-            container_id: run.id.clone(),
+            container_id: id.clone(),
             verbose: false,
         })
         .await
@@ -317,7 +281,6 @@ async fn container_logs(
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let follow_running = st.state == api::ContainerState::ContainerRunning as i32 && opts.follow;
     let cri = shared.cri.clone();
-    let id = run.id.clone();
     tokio::spawn(async move {
         let alive = Arc::new(std::sync::atomic::AtomicBool::new(follow_running));
         let watcher = {
@@ -355,6 +318,73 @@ async fn container_logs(
         .header(http::header::CONTENT_TYPE, "text/plain")
         .body(body.boxed_unsync())
         .unwrap_or_default()
+}
+
+/// Which run's log a request means, from the pod's status as the
+/// kubelet's `validateContainerLogStatus` decides (its words on refusal).
+fn log_container_id(
+    pod: &k8s_openapi::api::core::v1::Pod,
+    pod_name: &str,
+    container: &str,
+    previous: bool,
+) -> Result<String, String> {
+    let status = pod.status.clone().unwrap_or_default();
+    let found = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(status.init_container_statuses.iter().flatten())
+        .chain(status.ephemeral_container_statuses.iter().flatten())
+        .find(|s| s.name == container)
+        .cloned()
+        .ok_or_else(|| format!("container {container:?} in pod {pod_name:?} is not available"))?;
+    let strip = |id: &str| id.split_once("://").map_or(id, |(_, i)| i).to_string();
+    let last = found
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref());
+    let state = found.state.clone().unwrap_or_default();
+    if previous {
+        return match last
+            .and_then(|t| t.container_id.as_deref())
+            .filter(|i| !i.is_empty())
+        {
+            Some(id) => Ok(strip(id)),
+            None => Err(format!(
+                "previous terminated container {container:?} in pod {pod_name:?} not found"
+            )),
+        };
+    }
+    if state.running.is_some() {
+        return found.container_id.as_deref().map(strip).ok_or_else(|| {
+            format!("container {container:?} in pod {pod_name:?} is not available")
+        });
+    }
+    if let Some(t) = &state.terminated
+        && let Some(id) = t
+            .container_id
+            .as_deref()
+            .or(found.container_id.as_deref())
+            .filter(|i| !i.is_empty())
+    {
+        return Ok(strip(id));
+    }
+    if let Some(id) = last
+        .and_then(|t| t.container_id.as_deref())
+        .filter(|i| !i.is_empty())
+    {
+        return Ok(strip(id));
+    }
+    let reason = state.waiting.and_then(|w| w.reason).unwrap_or_default();
+    Err(match reason.as_str() {
+        "ErrImagePull" => format!(
+            "container {container:?} in pod {pod_name:?} is waiting to start: image can't be pulled"
+        ),
+        "ImagePullBackOff" => format!(
+            "container {container:?} in pod {pod_name:?} is waiting to start: trying and failing to pull image"
+        ),
+        r => format!("container {container:?} in pod {pod_name:?} is waiting to start: {r}"),
+    })
 }
 
 fn tokio_stream_from(rx: mpsc::Receiver<Bytes>) -> impl futures::Stream<Item = Bytes> {

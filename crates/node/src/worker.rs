@@ -273,6 +273,7 @@ async fn sync(
             if let Err(e) = std::fs::create_dir_all(pod::log_directory(&shared.log_root(), pod)) {
                 tracing::warn!(error = %e, "cannot create the pod's log directory");
             }
+            tracing::debug!(pod = name, uid, attempt, "creating the sandbox");
             let mut rt = shared.cri.runtime.clone();
             match rt
                 .run_pod_sandbox(api::RunPodSandboxRequest {
@@ -992,6 +993,7 @@ pub(crate) async fn kill_pod(shared: &Shared, pod: &Pod, grace: i64) {
 /// The pod is gone from the API: stop and remove what is left, with its
 /// volumes and logs.
 async fn tear_down(shared: &Shared, uid: &str, mem: &mut Memory) {
+    tracing::debug!(uid, "the pod is gone: tearing down");
     if let Ok(boxes) = sandboxes(shared, uid).await {
         for sb in boxes {
             remove_sandbox(shared, &sb.id).await;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
+use kubeforge_apiserver::{KubeletClient, rbac_components};
 use kubeforge_node::containerd::{Containerd, ContainerdConfig, SANDBOX_IMAGE};
 use kubeforge_node::cri::api;
 use kubeforge_node::image::{self, ImageRef};
@@ -109,17 +110,51 @@ fn container_state(p: &Pod) -> serde_json::Value {
     .unwrap()
 }
 
+/// A CA and a certificate it signed for `cn` in `org`: (CA PEM, cert PEM, key PEM).
+fn ca_and_client(cn: &str, org: &str) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, "test-ca");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name.push(DnType::CommonName, cn);
+    p.distinguished_name.push(DnType::OrganizationName, org);
+    p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = p.signed_by(&key, &issuer).unwrap();
+    (ca_cert.pem(), cert.pem(), key.serialize_pem())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_run_in_containerd_and_leave_nothing_behind() {
     let m = machine("pods").await;
-    let env = TestEnv::builder().controllers().start().await.unwrap();
+    let env = TestEnv::builder()
+        .controllers()
+        .rbac(true)
+        .loopback(true)
+        .start()
+        .await
+        .unwrap();
     let client = env.client();
+    // The API server reaches the agent with its kubelet client certificate.
+    let (ca, cert, key) = ca_and_client(
+        rbac_components::KUBELET_CLIENT_USER,
+        "kubeadm:cluster-admins",
+    );
+    env.server()
+        .set_kubelet_client(Some(KubeletClient::new(&cert, &key).unwrap()));
     let mut cfg = AgentConfig::new("box-1", m.containerd.socket(), m.dir.join("agent"));
     cfg.labels = BTreeMap::from([(
         "node.kubeforge.io/containers".to_string(),
         "true".to_string(),
     )]);
-    let agent = kubeforge_node::start(client.clone(), cfg)
+    cfg.client_ca_pem = Some(ca);
+    // The agent runs as its node, with system:node's permissions only.
+    let node_client = env.server().client_as(rbac_components::node_user("box-1"));
+    let agent = kubeforge_node::start(node_client, cfg)
         .await
         .expect("the agent starts");
 
@@ -197,6 +232,30 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
     })
     .await;
     assert!(log.contains(&format!("hello from hello at {ip}")), "{log}");
+    // ... and reaches users through the API server: kube-rs ...
+    let text = pods
+        .logs("hello", &Default::default())
+        .await
+        .expect("pods/log through the node");
+    assert_eq!(text, format!("hello from hello at {ip}\n"));
+    // ... and kubectl.
+    let kubeconfig = env.kubeconfig_path().unwrap().to_path_buf();
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["logs", "hello", "--timestamps"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("Z hello from hello at {ip}")),
+        "{stdout}"
+    );
 
     // A crashing container restarts with a back-off.
     let spec = json!({"nodeName": "box-1", "containers": [{"name": "crash", "image": "busybox:1.36",
@@ -219,6 +278,9 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
     })
     .await;
     let c = container_state(&looping);
+    // The crashed run's output is its log, and --previous's once it ran twice.
+    let text = pods.logs("crash", &Default::default()).await.unwrap();
+    assert_eq!(text, "dying\n");
     assert!(c["restartCount"].as_i64().unwrap() >= 1, "{c}");
     assert_eq!(c["lastState"]["terminated"]["exitCode"], 3);
     assert_eq!(c["lastState"]["terminated"]["reason"], "Error");
@@ -266,6 +328,7 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
     eventually_some("every sandbox is gone", Duration::from_secs(60), || {
         let cri = cri.clone();
         let pods = pods.clone();
+        let log_dir = log_dir.clone();
         async move {
             let mut rt = cri.runtime.clone();
             let left = rt
@@ -275,17 +338,12 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
                 .into_inner()
                 .items;
             let objects = pods.list(&Default::default()).await.ok()?.items;
-            (left.is_empty() && objects.is_empty()).then_some(())
+            // Their logs go with them.
+            let logs = std::fs::read_dir(&log_dir).ok()?.count();
+            (left.is_empty() && objects.is_empty() && logs == 0).then_some(())
         }
     })
     .await;
-    assert!(
-        std::fs::read_dir(m.dir.join("agent/logs"))
-            .unwrap()
-            .next()
-            .is_none(),
-        "pod logs are removed with the pods"
-    );
     agent.stop_and_remove_pods().await;
     for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
         let left = hierarchy.path().join("kubeforge/box-1");
