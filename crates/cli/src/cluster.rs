@@ -10,7 +10,7 @@
 //! kubeforge up --node-config nodes.yaml --operators memcached,crontab
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -94,9 +94,17 @@ const OPERATORS: [&str; 2] = ["memcached", "crontab"];
 #[derive(Args, Clone, Debug)]
 pub struct ClusterArgs {
     /// Simulated nodes node-0 … node-{N-1} (32 CPUs, 256Gi, 110 pods each,
-    /// spread over zone-a/b/c); 0 for none.
-    #[arg(long, default_value_t = 3)]
-    nodes: usize,
+    /// spread over zone-a/b/c); 0 for none. Default 3, or 0 with
+    /// --container-nodes.
+    #[arg(long)]
+    nodes: Option<usize>,
+    /// Nodes container-0 … container-{N-1} whose pods really run: a
+    /// private containerd each (with runc and the reference CNI plugins),
+    /// images from a local registry (`kubeforge image build`). Needs root
+    /// and Debian's containerd, runc, containernetworking-plugins and
+    /// docker-registry.
+    #[arg(long, default_value_t = 0)]
+    container_nodes: usize,
     /// Declare the simulated nodes in a YAML file instead (capacity,
     /// extended resources, labels, taints, podCIDR); see docs/guide/nodes.md.
     #[arg(long, value_name = "FILE")]
@@ -147,6 +155,9 @@ impl ClusterArgs {
         if let Some(addr) = self.state_metrics {
             crate::state_metrics::require_loopback(addr, "--state-metrics");
         }
+        if self.container_nodes > 0 {
+            crate::containers::check();
+        }
     }
 }
 
@@ -177,6 +188,7 @@ pub struct Cluster {
     workloads: Option<Workloads>,
     scheduler: Option<RunningScheduler>,
     simulator: Option<RunningSimulator>,
+    containers: Option<crate::containers::ContainerNodes>,
     operators: Option<Operators>,
     /// Where the state metrics are served, and what stops them.
     state_metrics: Option<(std::net::SocketAddr, tokio_util::sync::CancellationToken)>,
@@ -185,7 +197,7 @@ pub struct Cluster {
 
 /// Start the workload controllers, the scheduler, the simulated nodes and
 /// the operators against `server` (whose built-in controllers already run).
-pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
+pub async fn start(server: &ApiServer, args: ClusterArgs, data_dir: &Path) -> Result<Cluster> {
     for op in &args.operators {
         if !OPERATORS.contains(&op.as_str()) {
             bail!(
@@ -200,8 +212,13 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
                 .with_context(|| format!("reading the node config {}", path.display()))?;
             nodesim::config::from_yaml(&text).with_context(|| format!("in {}", path.display()))?
         }
-        None if args.nodes == 0 => Vec::new(),
-        None => nodesim::config::uniform(args.nodes)?,
+        None => match args
+            .nodes
+            .unwrap_or(if args.container_nodes > 0 { 0 } else { 3 })
+        {
+            0 => Vec::new(),
+            n => nodesim::config::uniform(n)?,
+        },
     };
     let scheduler_config = match &args.scheduler_config {
         Some(path) => SchedulerConfiguration::from_file(path)
@@ -286,6 +303,11 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
             task: tokio::spawn(mgr.run()),
         })
     };
+    let containers = if args.container_nodes > 0 {
+        Some(crate::containers::start(server, data_dir, args.container_nodes).await?)
+    } else {
+        None
+    };
     let state_metrics = match args.state_metrics {
         Some(addr) => {
             let client = server.component_client(rbac_components::STATE_METRICS_USER);
@@ -297,6 +319,7 @@ pub async fn start(server: &ApiServer, args: ClusterArgs) -> Result<Cluster> {
         workloads,
         scheduler,
         simulator,
+        containers,
         operators,
         state_metrics,
         delays,
@@ -326,6 +349,9 @@ impl Cluster {
                 self.delays.start
             ));
         }
+        if let Some(c) = &self.containers {
+            out.extend(c.describe());
+        }
         if let Some(Operators { names, .. }) = &self.operators {
             out.push(format!("  operators:  {}", names.join(", ")));
         }
@@ -339,7 +365,13 @@ impl Cluster {
 
     /// The first commands to try.
     pub fn try_lines(&self) -> Vec<String> {
-        if self.simulator.is_some() && self.workloads.is_some() {
+        if self.containers.is_some() {
+            vec![
+                "Try: kubectl run hello --image=busybox:1.36 -- sh -c 'echo hello; sleep 3600'"
+                    .to_string(),
+                "     kubectl logs -f hello".to_string(),
+            ]
+        } else if self.simulator.is_some() && self.workloads.is_some() {
             vec![
                 "Try: kubectl create deployment web --image=nginx --replicas=3".to_string(),
                 "     kubectl rollout status deploy/web && kubectl get pods -o wide".to_string(),
@@ -366,6 +398,9 @@ impl Cluster {
         }
         if let Some(sim) = self.simulator {
             sim.stop().await;
+        }
+        if let Some(c) = self.containers {
+            c.stop().await;
         }
     }
 }

@@ -9,7 +9,10 @@
 mod authz;
 mod authz_webhook;
 mod cluster;
+mod containers;
+mod image;
 mod kubeclient;
+mod node;
 mod operator;
 mod pki;
 mod scaffold;
@@ -47,7 +50,7 @@ enum Command {
     /// Run a whole cluster in one process: the API server, the built-in and
     /// workload controllers, the scheduler and simulated nodes (state in
     /// .kubeforge/ by default).
-    Up(UpArgs),
+    Up(Box<UpArgs>),
     /// Run only the API server (no garbage collector or namespace
     /// controller: deleting a namespace then empties it at once).
     Apiserver(ServeArgs),
@@ -66,6 +69,12 @@ enum Command {
     /// Access-policy tools: `explain` says whether a user may do
     /// something and which binding, role, parent and rule decide it.
     Authz(authz::AuthzArgs),
+    /// Build images from this machine's programs into the local registry
+    /// container nodes pull from (`image build busybox:1.36`).
+    Image(image::ImageArgs),
+    /// Run a node agent (the kubelet's role) for a container runtime's CRI
+    /// socket against a cluster.
+    Node(node::NodeArgs),
     /// Scaffold an operator project on kubeforge-runtime in an empty
     /// folder (Cargo project, Manager, config/ kustomize, Dockerfile,
     /// Makefile).
@@ -247,11 +256,16 @@ fn main() -> Result<std::process::ExitCode> {
         .build()
         .context("starting the async runtime")?;
     match cli.command {
-        Command::Up(args) => rt.block_on(serve(args.serve, Some(args.cluster))),
+        Command::Up(args) => {
+            let UpArgs { serve: s, cluster } = *args;
+            rt.block_on(serve(s, Some(cluster)))
+        }
         Command::Apiserver(args) => rt.block_on(serve(args, None)),
         Command::Operator(args) => rt.block_on(operator::run(args)),
         Command::Scheduler(args) => rt.block_on(scheduler::run(args)),
         Command::StateMetrics(args) => rt.block_on(state_metrics::run(args)),
+        Command::Image(args) => rt.block_on(image::run(args)),
+        Command::Node(args) => rt.block_on(node::run(args)),
         Command::Webhook(args) => rt.block_on(webhook::run(args)),
         Command::Authz(args) => rt.block_on(authz::run(args)),
         Command::Init(_) | Command::Create(_) | Command::Manifests(_) => {
@@ -397,7 +411,7 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
         None
     };
     let cluster = match cluster {
-        Some(c) => Some(cluster::start(&server, c).await?),
+        Some(c) => Some(cluster::start(&server, c, &args.data_dir).await?),
         None => None,
     };
     if args.compaction_interval > 0 {

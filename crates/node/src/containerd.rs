@@ -171,6 +171,9 @@ impl Containerd {
             .stdout(log)
             .stderr(log_err)
             .kill_on_drop(true)
+            // Its own process group: a terminal's Ctrl-C reaches only us,
+            // and we stop it after the pods it runs.
+            .process_group(0)
             .spawn()
             .map_err(|e| NodeError::io(format!("starting {}", program.display()), e))?;
         let cri = Cri::connect(&socket);
@@ -231,6 +234,27 @@ impl Containerd {
             {
                 let _ = self.child.kill().await;
             }
+        }
+        // Shims exit once their tasks are gone; wait for them (and end any
+        // that a failed removal left), so nothing of this instance remains.
+        let socket = self.socket().display().to_string();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let left = host::processes_mentioning(&socket);
+            if left.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                for pid in left {
+                    tracing::warn!(pid, "ending a shim that outlived containerd");
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let left = host::unmount_all(&self.dir);
         if left > 0 {

@@ -1,8 +1,9 @@
-//! The pod network of container nodes on one machine: one Linux bridge
-//! that every node's pods attach to (so pods of different nodes reach one
-//! another), addresses from a per-node range of the pod CIDR, and an
-//! nftables guard so that nothing from the pod range leaves the machine:
-//! forwarding between the bridge and any other interface is dropped.
+//! The pod network of container nodes on one machine: a Linux bridge per
+//! node (`kf-br<i>`, its gateway the first address of the node's pod
+//! range), routed to one another by the host so pods of different nodes
+//! reach each other, and an nftables guard so that nothing from the pod
+//! ranges leaves the machine: forwarding between a pod bridge and any
+//! interface that is not one is dropped.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -11,22 +12,27 @@ use serde_json::json;
 
 use crate::error::NodeError;
 
-/// The bridge container nodes' pods attach to.
-pub const BRIDGE: &str = "kf-br0";
+/// The prefix of the pod bridges' names.
+pub const BRIDGE_PREFIX: &str = "kf-br";
+
+/// The bridge of container node `i`.
+pub fn bridge(i: usize) -> String {
+    format!("{BRIDGE_PREFIX}{i}")
+}
 /// The nftables table of the egress guard.
 pub const GUARD_TABLE: &str = "kubeforge-egress";
 
-/// The CNI network list for a node whose pods take addresses from
-/// `subnet` (`10.244.1.0/24`), with host-local's state under `ipam_dir`,
-/// through the reference plugins (bridge, host-local, portmap).
-pub fn reference_conflist(subnet: &str, ipam_dir: &Path) -> String {
+/// The CNI network list for a node whose pods attach to `bridge` and take
+/// addresses from `subnet` (`10.244.1.0/24`), with host-local's state
+/// under `ipam_dir`, through the reference plugins (bridge, host-local).
+pub fn reference_conflist(bridge: &str, subnet: &str, ipam_dir: &Path) -> String {
     let conf = json!({
         "cniVersion": "1.0.0",
         "name": "kubeforge",
         "plugins": [
             {
                 "type": "bridge",
-                "bridge": BRIDGE,
+                "bridge": bridge,
                 "isGateway": true,
                 "ipMasq": false,
                 "hairpinMode": true,
@@ -42,16 +48,17 @@ pub fn reference_conflist(subnet: &str, ipam_dir: &Path) -> String {
     serde_json::to_string_pretty(&conf).unwrap_or_default()
 }
 
-/// The guard's ruleset: forwarded packets between the pod bridge and any
-/// other interface are dropped, so pod traffic is never routed off the
-/// machine (and nothing from outside reaches pods).
+/// The guard's ruleset: forwarded packets between a pod bridge and any
+/// interface that is not one are dropped, so pod traffic is never routed
+/// off the machine (and nothing from outside reaches pods).
 pub fn guard_ruleset() -> String {
+    let b = format!("{BRIDGE_PREFIX}*");
     format!(
         "table inet {GUARD_TABLE} {{\n\
          \tchain forward {{\n\
          \t\ttype filter hook forward priority -10; policy accept;\n\
-         \t\tiifname \"{BRIDGE}\" oifname != \"{BRIDGE}\" drop\n\
-         \t\toifname \"{BRIDGE}\" iifname != \"{BRIDGE}\" drop\n\
+         \t\tiifname \"{b}\" oifname != \"{b}\" drop\n\
+         \t\toifname \"{b}\" iifname != \"{b}\" drop\n\
          \t}}\n\
          }}\n"
     )
@@ -106,17 +113,26 @@ pub fn install_guard() -> Result<Guard, NodeError> {
     Ok(Guard { forwarding_was_on })
 }
 
-/// Remove the egress guard and the pod bridge, and restore forwarding.
-pub fn remove_guard_and_bridge(guard: Guard) {
+/// Remove the egress guard and the pod bridges, and restore forwarding.
+pub fn remove_guard_and_bridges(guard: Guard) {
     if !guard.forwarding_was_on {
         let _ = std::fs::write(IP_FORWARD, "0");
     }
     let _ = nft(&["delete", "table", "inet", GUARD_TABLE], None);
-    let _ = std::process::Command::new("ip")
-        .args(["link", "delete", BRIDGE])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+    let bridges: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(BRIDGE_PREFIX))
+        .collect();
+    for b in bridges {
+        let _ = std::process::Command::new("ip")
+            .args(["link", "delete", &b])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 #[cfg(test)]
@@ -126,14 +142,17 @@ mod tests {
 
     #[test]
     fn the_network_stays_on_the_bridge() {
-        let c: serde_json::Value =
-            serde_json::from_str(&reference_conflist("10.244.1.0/24", Path::new("/x/ipam")))
-                .unwrap();
-        assert_eq!(c["plugins"][0]["bridge"], BRIDGE);
+        let c: serde_json::Value = serde_json::from_str(&reference_conflist(
+            "kf-br1",
+            "10.244.1.0/24",
+            Path::new("/x/ipam"),
+        ))
+        .unwrap();
+        assert_eq!(c["plugins"][0]["bridge"], "kf-br1");
         assert_eq!(c["plugins"][0]["ipMasq"], false);
         assert_eq!(c["plugins"][0]["ipam"]["dataDir"], "/x/ipam");
         let g = guard_ruleset();
-        assert!(g.contains("iifname \"kf-br0\" oifname != \"kf-br0\" drop"));
+        assert!(g.contains("iifname \"kf-br*\" oifname != \"kf-br*\" drop"));
         assert!(g.contains("hook forward"));
     }
 }

@@ -67,6 +67,9 @@ impl LocalRegistry {
             .stdout(log)
             .stderr(log_err)
             .kill_on_drop(true)
+            // Its own process group: a terminal's Ctrl-C reaches only us,
+            // and we stop it after the pods it runs.
+            .process_group(0)
             .spawn()
             .map_err(|e| NodeError::io(format!("starting {}", program.display()), e))?;
         let client = RegistryClient::new(&addr);

@@ -288,6 +288,11 @@ pub fn pod_status(pod: &Pod, obs: &Observed) -> Value {
         "Pending"
     };
 
+    // A finished pod stays finished (the kubelet never leaves a terminal phase).
+    let phase = match old.phase.as_deref() {
+        Some(p @ ("Succeeded" | "Failed")) => p,
+        _ => phase,
+    };
     let now = now();
     let old_conditions = old.conditions.clone().unwrap_or_default();
     let cond = |ty: &str, ok: bool, reason: Option<&str>, message: Option<String>| {

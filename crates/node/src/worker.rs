@@ -246,6 +246,7 @@ async fn sync(
         &shared.cfg.dns,
         &shared.cfg.node_name,
     );
+    let mut may_start = true;
     let sandbox_id = match ready {
         Some(sb) => {
             if let Some(m) = sandbox_cfg.metadata.as_mut() {
@@ -257,14 +258,19 @@ async fn sync(
             }
             Some(sb.id)
         }
-        None if terminal => None,
+        // Finished: report from the last sandbox's containers, start nothing.
+        None if terminal => {
+            may_start = false;
+            boxes.first().map(|b| b.id.clone())
+        }
         None if !boxes.is_empty()
             && policy == "Never"
             && attempt > 0
             && ran_to_end(shared, &boxes).await =>
         {
             // Everything ran once and the sandbox is gone: nothing restarts.
-            None
+            may_start = false;
+            boxes.first().map(|b| b.id.clone())
         }
         None => {
             for old in &boxes {
@@ -318,8 +324,7 @@ async fn sync(
         ..Default::default()
     };
     let Some(sandbox_id) = sandbox_id else {
-        // No sandbox and none to make: report what the runtime last had.
-        write_status(shared, pod, mem, obs).await?;
+        // Finished and its sandbox gone: the status written stays.
         return Ok(Duration::from_secs(5));
     };
     let mut rt = shared.cri.runtime.clone();
@@ -342,6 +347,15 @@ async fn sync(
     }
     if spec.host_network.unwrap_or(false) {
         obs.pod_ips = vec![shared.host_ip.clone()];
+    }
+    if obs.pod_ips.is_empty() {
+        // A stopped sandbox has no network; the pod keeps the IPs it had.
+        obs.pod_ips = pod
+            .status
+            .iter()
+            .flat_map(|s| s.pod_ips.iter().flatten())
+            .map(|p| p.ip.clone())
+            .collect();
     }
 
     if !mem.volumes_ready
@@ -388,7 +402,7 @@ async fn sync(
     let mut wake = Duration::from_secs(1);
     // Init containers, in order: the first not yet done runs.
     let mut initialized = true;
-    if !terminal {
+    if may_start {
         for c in spec.init_containers.iter().flatten() {
             let latest = all_runs.get(&c.name).and_then(|r| r.first());
             match latest {
@@ -424,7 +438,7 @@ async fn sync(
             }
         }
     }
-    if initialized && !terminal {
+    if initialized && may_start {
         for c in &spec.containers {
             let latest = all_runs.get(&c.name).and_then(|r| r.first());
             match latest {
@@ -487,8 +501,9 @@ async fn sync(
             },
         );
     }
+    let obs_ready = obs.sandbox_ready;
     let phase = write_status(shared, pod, mem, obs).await?;
-    if phase == "Succeeded" || phase == "Failed" {
+    if (phase == "Succeeded" || phase == "Failed") && obs_ready {
         // A finished pod keeps its containers' records but not its sandbox.
         let mut rt = shared.cri.runtime.clone();
         let _ = rt

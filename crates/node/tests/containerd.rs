@@ -54,6 +54,7 @@ async fn machine(tag: &str) -> Machine {
         dir: dir.join("ctd"),
         cni_bin_dir: CNI_BIN.into(),
         cni_conflist: Some(network::reference_conflist(
+            "kf-br7",
             "10.244.7.0/24",
             &dir.join("ipam"),
         )),
@@ -74,7 +75,7 @@ impl Machine {
         let cri = self.containerd.cri();
         self.containerd.stop().await;
         self.registry.stop().await;
-        network::remove_guard_and_bridge(self.guard);
+        network::remove_guard_and_bridges(self.guard);
         assert!(
             kubeforge_node::host::mounts_under(&self.dir).is_empty(),
             "nothing stays mounted under {}",

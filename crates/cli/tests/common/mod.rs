@@ -157,7 +157,7 @@ impl Cluster {
             .arg("-INT")
             .arg(self.child.id().to_string())
             .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return;
@@ -170,6 +170,22 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // A test that failed still stops `up` the way a user does (Ctrl-C),
+        // so what it started (container nodes' runtimes, their pods) is
+        // removed too; a kill follows only if it hangs.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .arg("-INT")
+                .arg(self.child.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
