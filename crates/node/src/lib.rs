@@ -27,6 +27,7 @@ pub mod image;
 pub mod logs;
 pub mod network;
 pub mod pod;
+pub mod probes;
 pub mod registry;
 mod server;
 pub mod status;

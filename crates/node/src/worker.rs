@@ -19,6 +19,7 @@ use crate::agent::Shared;
 use crate::cri::api;
 use crate::events::Kind;
 use crate::pod::{self, ContainerInputs};
+use crate::probes::ContainerProbes;
 use crate::status::{self, ContainerView, Observed, Run};
 use crate::volumes::PodVolumes;
 
@@ -82,6 +83,7 @@ struct Memory {
     volumes_ready: bool,
     start_time: Option<String>,
     events_sent: HashMap<String, String>,
+    probes: HashMap<String, ContainerProbes>,
 }
 
 /// Run one pod until it is gone from the API (its sender dropped or set
@@ -490,14 +492,61 @@ async fn sync(
                 })
                 .await;
         }
+        let running = latest.as_ref().is_some_and(Run::running);
+        let (mut ready, mut started) = (running, running);
+        let probed =
+            c.startup_probe.is_some() || c.readiness_probe.is_some() || c.liveness_probe.is_some();
+        if let (true, true, Some(run)) = (running, probed, latest.as_ref()) {
+            let fresh = mem.probes.get(&c.name).is_none_or(|p| p.id != run.id);
+            if fresh {
+                let age =
+                    unix_now().saturating_sub(Duration::from_nanos(run.started_at.max(0) as u64));
+                mem.probes
+                    .insert(c.name.clone(), ContainerProbes::new(c, &run.id, age));
+            }
+            let ip = obs.pod_ips.first().cloned().unwrap_or_default();
+            if let Some(p) = mem.probes.get_mut(&c.name) {
+                let verdict = p.run(&shared.cri, c, &ip).await;
+                ready = verdict.ready;
+                started = verdict.started;
+                if let Some(next) = verdict.next {
+                    wake = wake.min(
+                        next.saturating_duration_since(std::time::Instant::now())
+                            .max(Duration::from_millis(50)),
+                    );
+                }
+                for f in &verdict.failures {
+                    shared
+                        .events
+                        .pod(pod, Some(&c.name), Kind::Warning, "Unhealthy", f)
+                        .await;
+                }
+                if let Some(msg) = verdict.kill {
+                    shared
+                        .events
+                        .pod(pod, Some(&c.name), Kind::Normal, "Killing", &msg)
+                        .await;
+                    let grace = spec.termination_grace_period_seconds.unwrap_or(30).max(2);
+                    let mut rt = shared.cri.runtime.clone();
+                    let _ = rt
+                        .stop_container(api::StopContainerRequest {
+                            container_id: run.id.clone(),
+                            timeout: grace,
+                        })
+                        .await;
+                    mem.probes.remove(&c.name);
+                    wake = Duration::from_millis(50);
+                }
+            }
+        }
         obs.containers.insert(
             c.name.clone(),
             ContainerView {
                 latest,
                 previous: rs.and_then(|r| r.get(1).cloned()),
                 waiting: mem.waiting.get(&c.name).cloned(),
-                ready: rs.and_then(|r| r.first()).is_some_and(Run::running),
-                started: rs.and_then(|r| r.first()).is_some_and(Run::running),
+                ready,
+                started,
             },
         );
     }

@@ -258,6 +258,56 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
         "{stdout}"
     );
 
+    // A readiness probe holds the pod unready until it passes; a failing
+    // liveness probe restarts the container.
+    let spec = json!({"nodeName": "box-1", "terminationGracePeriodSeconds": 2, "containers": [{"name": "app", "image": "busybox:1.36",
+        "command": ["sh", "-c", "sleep 2; touch /tmp/ready; sleep 3600"],
+        "readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 1}}]});
+    pods.create(&PostParams::default(), &pod("ready-later", spec))
+        .await
+        .unwrap();
+    let unready = wait_pod(&pods, "ready-later", "ready-later runs", |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    })
+    .await;
+    assert_eq!(
+        container_state(&unready)["ready"],
+        false,
+        "unready until the probe passes"
+    );
+    wait_pod(&pods, "ready-later", "ready-later turns ready", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|c| c[0].ready)
+    })
+    .await;
+    let spec = json!({"nodeName": "box-1", "terminationGracePeriodSeconds": 2, "containers": [{"name": "app", "image": "busybox:1.36",
+        "command": ["sleep", "3600"],
+        "livenessProbe": {"tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 2}}]});
+    pods.create(&PostParams::default(), &pod("unlive", spec))
+        .await
+        .unwrap();
+    let restarted = wait_pod(&pods, "unlive", "unlive is restarted", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|c| c[0].restart_count >= 1)
+    })
+    .await;
+    let events = kubeforge_testenv::events_about(&client, "default", "unlive").await;
+    let reasons: Vec<_> = events.iter().filter_map(|e| e.reason.clone()).collect();
+    assert!(
+        reasons.contains(&"Unhealthy".to_string()) && reasons.contains(&"Killing".to_string()),
+        "{reasons:?}"
+    );
+    assert!(
+        events.iter().any(|e| e.message.as_deref()
+            == Some("Container app failed liveness probe, will be restarted")),
+        "{events:?}"
+    );
+    let _ = restarted;
+
     // A crashing container restarts with a back-off.
     let spec = json!({"nodeName": "box-1", "containers": [{"name": "crash", "image": "busybox:1.36",
         "command": ["sh", "-c", "echo dying; exit 3"]}]});
@@ -322,7 +372,7 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
     );
 
     // Deleting pods stops and removes their sandboxes.
-    for name in ["hello", "crash", "unbuilt"] {
+    for name in ["hello", "crash", "unbuilt", "ready-later", "unlive"] {
         pods.delete(name, &DeleteParams::default()).await.unwrap();
     }
     let cri = m.containerd.cri();
