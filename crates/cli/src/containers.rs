@@ -7,32 +7,22 @@
 //! client certificate from a CA made for this run. Stopping removes every
 //! pod sandbox, mount, cgroup, the bridge and the guard.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use kubeforge_apiserver::{ApiServer, KubeletClient, rbac_components};
-use kubeforge_node::containerd::{Containerd, ContainerdConfig, SANDBOX_IMAGE};
-use kubeforge_node::image::{self, ImageRef};
-use kubeforge_node::registry::{LocalRegistry, RegistryClient};
-use kubeforge_node::{AgentConfig, RunningAgent, network};
-
-/// Where Debian's reference CNI plugins are.
-pub const CNI_BIN_DIR: &str = "/usr/lib/cni";
-
-/// The images every container node needs, built when missing.
-const BASE_IMAGES: [(&str, &str); 2] = [("pause", SANDBOX_IMAGE), ("busybox", "busybox:1.36")];
+use kubeforge_node::local::{self, Runtimes};
+use kubeforge_node::{AgentConfig, RunningAgent};
 
 /// Running container nodes.
 pub struct ContainerNodes {
-    registry: LocalRegistry,
-    guard: network::Guard,
-    runtimes: Vec<Containerd>,
+    runtimes: Runtimes,
     agents: Vec<RunningAgent>,
 }
 
 /// Refuse (exit 2) when this machine cannot run containers.
 pub fn check() {
-    if let Err(e) = kubeforge_node::host::check_container_host(Path::new(CNI_BIN_DIR)) {
+    if let Err(e) = kubeforge_node::host::check_container_host(Path::new(local::CNI_BIN_DIR)) {
         clap::Error::raw(
             clap::error::ErrorKind::ValueValidation,
             format!("--container-nodes: {e}\n"),
@@ -68,20 +58,6 @@ fn kubelet_credentials() -> Result<(String, String, String)> {
     Ok((ca_cert.pem(), cert.pem(), key.serialize_pem()))
 }
 
-/// Build `images` (preset, name) into `registry` unless already there.
-pub async fn ensure_images(registry: &RegistryClient, images: &[(&str, &str)]) -> Result<()> {
-    for (preset, name) in images {
-        let r = ImageRef::parse(name)?;
-        if !registry.has_manifest(&r.path, &r.tag).await? {
-            image::preset(preset)?
-                .push(registry, &r)
-                .await
-                .with_context(|| format!("building {name}"))?;
-        }
-    }
-    Ok(())
-}
-
 /// The name of container node `i`.
 pub fn node_name(i: usize) -> String {
     format!("container-{i}")
@@ -90,48 +66,27 @@ pub fn node_name(i: usize) -> String {
 /// Start `n` container nodes for `server`, with state under `data_dir`.
 pub async fn start(server: &ApiServer, data_dir: &Path, n: usize) -> Result<ContainerNodes> {
     let data_dir = std::path::absolute(data_dir).context("resolving the data directory")?;
-    let registry = LocalRegistry::start(&data_dir.join("registry"), 0)
+    let runtimes = Runtimes::start(&data_dir, n, node_name)
         .await
-        .context("starting the local image registry")?;
-    ensure_images(&RegistryClient::new(registry.addr()), &BASE_IMAGES).await?;
-    let guard = network::install_guard().context("installing the egress guard")?;
+        .context("starting the container runtimes")?;
     let (ca, cert, key) = kubelet_credentials()?;
     server.set_kubelet_client(Some(KubeletClient::new(&cert, &key)?));
     server.set_graceful_pod_deletion(true);
     let mut nodes = ContainerNodes {
-        registry,
-        guard,
-        runtimes: Vec::new(),
+        runtimes,
         agents: Vec::new(),
     };
     for i in 0..n {
         let name = node_name(i);
-        let dir: PathBuf = data_dir.join("containerd").join(&name);
-        let subnet = format!("10.244.{i}.0/24");
-        let runtime = match Containerd::start(&ContainerdConfig {
-            dir: dir.clone(),
-            cni_bin_dir: CNI_BIN_DIR.into(),
-            cni_conflist: Some(network::reference_conflist(
-                &network::bridge(i),
-                &subnet,
-                &dir.join("ipam"),
-            )),
-            registry: Some(nodes.registry.addr().to_string()),
-        })
-        .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                nodes.stop().await;
-                return Err(e).with_context(|| format!("starting containerd for {name}"));
-            }
-        };
-        let mut cfg = AgentConfig::new(&name, runtime.socket(), data_dir.join("nodes").join(&name));
+        let mut cfg = AgentConfig::new(
+            &name,
+            nodes.runtimes.runtime(i).socket(),
+            data_dir.join("nodes").join(&name),
+        );
         cfg.client_ca_pem = Some(ca.clone());
-        cfg.pod_cidr = Some(subnet);
+        cfg.pod_cidr = Some(local::node_subnet(i));
         cfg.labels
             .insert("node.kubeforge.io/runtime".into(), "containerd".into());
-        nodes.runtimes.push(runtime);
         let client = server.builtin_client_as(rbac_components::node_user(&name));
         match kubeforge_node::start(client, cfg).await {
             Ok(a) => nodes.agents.push(a),
@@ -156,7 +111,7 @@ impl ContainerNodes {
             ),
             format!(
                 "  images:     http://{} (kubeforge image build NAME:TAG adds one)",
-                self.registry.addr()
+                self.runtimes.registry_addr()
             ),
         ]
     }
@@ -167,11 +122,6 @@ impl ContainerNodes {
         for a in self.agents {
             a.stop_and_remove_pods().await;
         }
-        for r in self.runtimes {
-            r.stop().await;
-        }
-        self.registry.stop().await;
-        network::remove_guard_and_bridges(self.guard);
-        kubeforge_node::host::remove_cgroup("/kubeforge");
+        self.runtimes.stop().await;
     }
 }

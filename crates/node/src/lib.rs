@@ -24,6 +24,7 @@ pub mod error;
 pub mod events;
 pub mod host;
 pub mod image;
+pub mod local;
 pub mod logs;
 pub mod network;
 pub mod pod;

@@ -6,27 +6,21 @@
 //! installs; without them the test fails saying what is missing.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use kubeforge_apiserver::{KubeletClient, rbac_components};
-use kubeforge_node::containerd::{Containerd, ContainerdConfig, SANDBOX_IMAGE};
+use kubeforge_node::AgentConfig;
 use kubeforge_node::cri::api;
-use kubeforge_node::image::{self, ImageRef};
-use kubeforge_node::registry::{LocalRegistry, RegistryClient};
-use kubeforge_node::{AgentConfig, network};
+use kubeforge_node::local::Runtimes;
 use kubeforge_testenv::{TestEnv, eventually_some};
 use serde_json::json;
 
-const CNI_BIN: &str = "/usr/lib/cni";
-
 struct Machine {
     dir: PathBuf,
-    guard: network::Guard,
-    registry: LocalRegistry,
-    containerd: Containerd,
+    runtimes: Runtimes,
 }
 
 async fn machine(tag: &str) -> Machine {
@@ -38,50 +32,20 @@ async fn machine(tag: &str) -> Machine {
     let dir = PathBuf::from(format!("/tmp/kf-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let registry = LocalRegistry::start(&dir.join("registry"), 0)
+    let runtimes = Runtimes::start(&dir, 1, |_| "box-1".to_string())
         .await
-        .expect("the local registry starts");
-    let client = RegistryClient::new(registry.addr());
-    for (preset, name) in [("busybox", "busybox:1.36"), ("pause", SANDBOX_IMAGE)] {
-        image::preset(preset)
-            .unwrap()
-            .push(&client, &ImageRef::parse(name).unwrap())
-            .await
-            .unwrap_or_else(|e| panic!("pushing {name}: {e}"));
-    }
-    let guard = network::install_guard().expect("the egress guard installs");
-    let containerd = Containerd::start(&ContainerdConfig {
-        dir: dir.join("ctd"),
-        cni_bin_dir: CNI_BIN.into(),
-        cni_conflist: Some(network::reference_conflist(
-            "kf-br7",
-            "10.244.7.0/24",
-            &dir.join("ipam"),
-        )),
-        registry: Some(registry.addr().to_string()),
-    })
-    .await
-    .expect("containerd starts (needs root, containerd, runc, containernetworking-plugins)");
-    Machine {
-        dir,
-        guard,
-        registry,
-        containerd,
-    }
+        .expect("the registry and containerd start (needs root, containerd, runc, containernetworking-plugins, docker-registry)");
+    Machine { dir, runtimes }
 }
 
 impl Machine {
     async fn stop(self) {
-        let cri = self.containerd.cri();
-        self.containerd.stop().await;
-        self.registry.stop().await;
-        network::remove_guard_and_bridges(self.guard);
+        self.runtimes.stop().await;
         assert!(
             kubeforge_node::host::mounts_under(&self.dir).is_empty(),
             "nothing stays mounted under {}",
             self.dir.display()
         );
-        drop(cri);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -147,7 +111,7 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
     );
     env.server()
         .set_kubelet_client(Some(KubeletClient::new(&cert, &key).unwrap()));
-    let mut cfg = AgentConfig::new("box-1", m.containerd.socket(), m.dir.join("agent"));
+    let mut cfg = AgentConfig::new("box-1", m.runtimes.runtime(0).socket(), m.dir.join("agent"));
     cfg.labels = BTreeMap::from([(
         "node.kubeforge.io/containers".to_string(),
         "true".to_string(),
@@ -192,7 +156,7 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
     .await;
     let status = running.status.as_ref().unwrap();
     let ip = status.pod_ip.clone().expect("a pod IP");
-    assert!(ip.starts_with("10.244.7."), "{ip}");
+    assert!(ip.starts_with("10.244.0."), "{ip}");
     let c = container_state(&running);
     assert!(
         c["containerID"]
@@ -375,7 +339,7 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
     for name in ["hello", "crash", "unbuilt", "ready-later", "unlive"] {
         pods.delete(name, &DeleteParams::default()).await.unwrap();
     }
-    let cri = m.containerd.cri();
+    let cri = m.runtimes.runtime(0).cri();
     eventually_some("every sandbox is gone", Duration::from_secs(60), || {
         let cri = cri.clone();
         let pods = pods.clone();
@@ -402,5 +366,4 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
     }
     env.stop().await;
     m.stop().await;
-    let _ = Path::new(CNI_BIN);
 }
