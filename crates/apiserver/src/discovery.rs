@@ -143,8 +143,21 @@ pub(crate) fn subresources(d: &ResourceDef) -> Vec<Subresource> {
         });
     }
     if d.eviction {
-        // Pods: their logs are served by the node (`crate::nodeproxy`).
+        // Pods: logs and streams are served by the node (`crate::nodeproxy`).
         out.push(own("log", &["get"]));
+        for (name, kind) in [
+            ("exec", "PodExecOptions"),
+            ("attach", "PodAttachOptions"),
+            ("portforward", "PodPortForwardOptions"),
+        ] {
+            out.push(Subresource {
+                name,
+                group: String::new(),
+                version: "v1".into(),
+                kind: kind.into(),
+                verbs: &["create", "get"],
+            });
+        }
         out.push(Subresource {
             name: "eviction",
             group: "policy".into(),

@@ -207,31 +207,7 @@ pub(crate) async fn log(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
         // kube answers an unscheduled pod's log with nothing.
         return Ok(text_response(StatusCode::OK, ApiBody::empty()));
     };
-    let node_key = format!("/registry/core/nodes/{node_name}");
-    let node: Value = ctx
-        .server
-        .store()
-        .get(&node_key)
-        .and_then(|kv| serde_json::from_slice(&kv.value).ok())
-        .ok_or_else(|| {
-            ApiError::not_found(
-                crate::error::GroupResource {
-                    group: "",
-                    resource: "nodes",
-                },
-                node_name,
-            )
-        })?;
-    let Some((ip, port)) = kubelet_address(&node) else {
-        return Err(ApiError::internal(format!(
-            "node {node_name:?} has no kubelet address in its status"
-        )));
-    };
-    if !ip.is_loopback() {
-        return Err(ApiError::bad_request(format!(
-            "pod {name:?} runs on node {node_name:?}, whose kubelet at {ip}:{port} this server does not dial (only nodes on loopback addresses run containers here)"
-        )));
-    }
+    let (ip, port) = node_address(ctx.server, node_name, name)?;
     let client = ctx
         .server
         .kubelet_client()
@@ -250,7 +226,7 @@ pub(crate) async fn log(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
         "/containerLogs/{ns}/{name}/{container}{}{query}",
         if query.is_empty() { "" } else { "?" }
     );
-    let (status, body) = get(&client, ip, port, node_name, &path).await?;
+    let (status, body) = get(&client, ip, port, &path).await?;
     if !status.is_success() {
         let mut text = Vec::new();
         let mut rx = body;
@@ -264,6 +240,175 @@ pub(crate) async fn log(ctx: &Ctx<'_>) -> ApiResult<Response<ApiBody>> {
         return Err(node_error(status, &message));
     }
     Ok(text_response(StatusCode::OK, ApiBody::Stream(body)))
+}
+
+/// The streaming subresources a node serves: `exec`, `attach`,
+/// `portforward`.
+pub(crate) fn is_stream(subresource: Option<&str>) -> bool {
+    matches!(subresource, Some("exec" | "attach" | "portforward"))
+}
+
+/// The request headers an upgrade carries to the node.
+const UPGRADE_HEADERS: &[&str] = &[
+    "connection",
+    "upgrade",
+    "x-stream-protocol-version",
+    "sec-websocket-protocol",
+    "sec-websocket-key",
+    "sec-websocket-version",
+];
+
+/// `pods/{name}/exec|attach|portforward`: the client's SPDY upgrade
+/// carried to the node's kubelet API, and once both sides switched
+/// protocols, the bytes copied both ways (kube-apiserver's
+/// `UpgradeAwareHandler`). A WebSocket request is refused before any
+/// switch, which makes kubectl ≥ 1.30 retry over SPDY.
+pub(crate) async fn stream(
+    server: &crate::server::ApiServer,
+    p: &crate::request::ResourcePath,
+    parts: &mut http::request::Parts,
+) -> ApiResult<Response<ApiBody>> {
+    let sub = p.subresource.as_deref().unwrap_or_default();
+    let name = p.name.as_deref().ok_or_else(ApiError::no_route)?;
+    let ns = p.namespace.as_deref().unwrap_or("default");
+    let upgrade = parts
+        .headers
+        .get(http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if upgrade.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Upgrade request required: {sub} streams over SPDY/3.1"
+        )));
+    }
+    if upgrade == "websocket" {
+        return Err(ApiError::bad_request(
+            "this server streams pods/exec, attach and portforward over SPDY/3.1 only; retry without WebSockets",
+        ));
+    }
+    let on_upgrade = parts
+        .extensions
+        .remove::<hyper::upgrade::OnUpgrade>()
+        .ok_or_else(|| ApiError::bad_request("this connection cannot be upgraded"))?;
+    let def = server
+        .registry()
+        .get("", "v1", "pods")
+        .ok_or_else(ApiError::no_route)?;
+    let kv = server
+        .store()
+        .get(&def.key(Some(ns), name))
+        .ok_or_else(|| ApiError::not_found(def.gr(), name))?;
+    let pod: Value =
+        serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+    let query = crate::request::Query::parse(parts.uri.query());
+    let node_name = pod["spec"]["nodeName"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("pod {name} does not have a host assigned"))
+        })?;
+    if let Some(phase @ ("Succeeded" | "Failed")) = pod["status"]["phase"].as_str() {
+        return Err(ApiError::bad_request(format!(
+            "cannot {sub} into a container in a completed pod; current phase is {phase}"
+        )));
+    }
+    let path = if sub == "portforward" {
+        format!("/portForward/{ns}/{name}")
+    } else {
+        let container = pick_container(&pod, name, query.get("container"))?;
+        format!("/{sub}/{ns}/{name}/{container}")
+    };
+    let raw_query = parts.uri.query().unwrap_or_default();
+    let path = if raw_query.is_empty() {
+        path
+    } else {
+        format!("{path}?{raw_query}")
+    };
+    let (ip, port) = node_address(server, node_name, name)?;
+    let client = server
+        .kubelet_client()
+        .ok_or_else(|| ApiError::internal("this server has no kubelet client certificate"))?;
+    let sender = connect(&client, ip, port, true).await?;
+    let mut req = http::Request::builder()
+        .method(parts.method.clone())
+        .uri(&path)
+        .header(http::header::HOST, format!("{ip}:{port}"));
+    for h in UPGRADE_HEADERS {
+        for v in parts.headers.get_all(*h) {
+            req = req.header(*h, v);
+        }
+    }
+    let req = req
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let mut sender = sender;
+    let mut resp = sender.send_request(req).await.map_err(|e| {
+        ApiError::internal(format!(
+            "{} \"https://{ip}:{port}{path}\": {e}",
+            parts.method
+        ))
+    })?;
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        return Err(node_error(status, String::from_utf8_lossy(&body).trim()));
+    }
+    let upstream = hyper::upgrade::on(&mut resp);
+    let mut out = Response::new(ApiBody::empty());
+    *out.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    for (k, v) in resp.headers() {
+        if UPGRADE_HEADERS.contains(&k.as_str()) || k.as_str() == "sec-websocket-accept" {
+            out.headers_mut().append(k.clone(), v.clone());
+        }
+    }
+    tokio::spawn(async move {
+        let (Ok(client_io), Ok(node_io)) = (on_upgrade.await, upstream.await) else {
+            return;
+        };
+        let mut a = TokioIo::new(client_io);
+        let mut b = TokioIo::new(node_io);
+        let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+        drop(sender);
+    });
+    Ok(out)
+}
+
+/// A node's kubelet address, if this server dials it (loopback only).
+fn node_address(
+    server: &crate::server::ApiServer,
+    node_name: &str,
+    pod: &str,
+) -> ApiResult<(IpAddr, u16)> {
+    let node: Value = server
+        .store()
+        .get(&format!("/registry/core/nodes/{node_name}"))
+        .and_then(|kv| serde_json::from_slice(&kv.value).ok())
+        .ok_or_else(|| {
+            ApiError::not_found(
+                crate::error::GroupResource {
+                    group: "",
+                    resource: "nodes",
+                },
+                node_name,
+            )
+        })?;
+    let Some((ip, port)) = kubelet_address(&node) else {
+        return Err(ApiError::internal(format!(
+            "node {node_name:?} has no kubelet address in its status"
+        )));
+    };
+    if !ip.is_loopback() {
+        return Err(ApiError::bad_request(format!(
+            "pod {pod:?} runs on node {node_name:?}, whose kubelet at {ip}:{port} this server does not dial (only nodes on loopback addresses run containers here)"
+        )));
+    }
+    Ok((ip, port))
 }
 
 fn text_response(status: StatusCode, body: ApiBody) -> Response<ApiBody> {
@@ -292,41 +437,52 @@ fn node_error(status: StatusCode, message: &str) -> ApiError {
     }
 }
 
+/// A connection to the kubelet at `ip:port` (upgradable when `upgrades`).
+async fn connect(
+    client: &KubeletClient,
+    ip: IpAddr,
+    port: u16,
+    upgrades: bool,
+) -> ApiResult<hyper::client::conn::http1::SendRequest<Empty<Bytes>>> {
+    let unreachable =
+        |e: &dyn std::fmt::Display| ApiError::internal(format!("dial tcp {ip}:{port}: {e}"));
+    let tcp = tokio::net::TcpStream::connect((ip, port))
+        .await
+        .map_err(|e| unreachable(&e))?;
+    let connector = tokio_rustls::TlsConnector::from(client.tls.clone());
+    let tls = connector
+        .connect(ServerName::IpAddress(ip.into()), tcp)
+        .await
+        .map_err(|e| unreachable(&e))?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| unreachable(&e))?;
+    tokio::spawn(async move {
+        if upgrades {
+            let _ = conn.with_upgrades().await;
+        } else {
+            let _ = conn.await;
+        }
+    });
+    Ok(sender)
+}
+
 /// GET `path` from the kubelet at `ip:port`; the body is streamed.
 async fn get(
     client: &KubeletClient,
     ip: IpAddr,
     port: u16,
-    node: &str,
     path: &str,
 ) -> ApiResult<(StatusCode, mpsc::Receiver<Bytes>)> {
-    let unreachable = |e: &dyn std::fmt::Display| {
-        ApiError::internal(format!("Get \"https://{ip}:{port}{path}\": {e}"))
-    };
-    let tcp = tokio::net::TcpStream::connect((ip, port))
-        .await
-        .map_err(|e| unreachable(&e))?;
-    let connector = tokio_rustls::TlsConnector::from(client.tls.clone());
-    let server_name = ServerName::IpAddress(ip.into());
-    let tls = connector
-        .connect(server_name, tcp)
-        .await
-        .map_err(|e| unreachable(&e))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .map_err(|e| unreachable(&e))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let mut sender = connect(client, ip, port, false).await?;
     let req = http::Request::get(path)
         .header(http::header::HOST, format!("{ip}:{port}"))
-        .header("X-Kubeforge-Node", node)
         .body(Empty::<Bytes>::new())
-        .map_err(|e| unreachable(&e))?;
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     let resp = sender
         .send_request(req)
         .await
-        .map_err(|e| unreachable(&e))?;
+        .map_err(|e| ApiError::internal(format!("Get \"https://{ip}:{port}{path}\": {e}")))?;
     let status = resp.status();
     let (tx, rx) = mpsc::channel(16);
     let mut body = resp.into_body();

@@ -432,6 +432,11 @@ impl ApiServer {
                 crate::discovery::openapi_v3(self, &group, &version)
             }
             Route::Unknown => Err(ApiError::no_route()),
+            Route::Resource(p) if crate::nodeproxy::is_stream(p.subresource.as_deref()) => {
+                // Upgraded, not read: the stream goes to the node.
+                drop(body);
+                crate::nodeproxy::stream(self, &p, &mut parts).await
+            }
             Route::Resource(p) => {
                 let body = match body {
                     Some(b) => read_body(b).await?,
@@ -560,6 +565,7 @@ impl ApiServer {
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .keep_alive(true)
                     .serve_connection(io, svc)
+                    .with_upgrades()
                     .await
                 {
                     tracing::debug!(error = %e, "connection ended");

@@ -83,6 +83,99 @@ fn container_nodes_run_pods_for_kubectl_and_leave_nothing() {
         "hello from hello\n"
     );
 
+    // kubectl exec with every kubectl: output, exit codes, stdin.
+    for v in [27, 33] {
+        let kv = common::versioned_kubectl(v);
+        assert_eq!(
+            c.ok(&kv, &["exec", "hello", "--", "echo", "exec works"]),
+            "exec works\n",
+            "kubectl 1.{v}"
+        );
+    }
+    let out = c.kubectl(
+        &k,
+        &[
+            "exec",
+            "hello",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 7",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "kubectl exits with the command's code"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("err\ncommand terminated with exit code 7"),
+        "{:?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let echoed = c.kubectl_stdin(
+        &k,
+        &["exec", "-i", "hello", "--", "cat"],
+        Some("through stdin\n"),
+    );
+    assert_eq!(String::from_utf8_lossy(&echoed.stdout), "through stdin\n");
+    // kubectl cp (tar over exec) both ways.
+    let local = c.dir.0.join("copied.txt");
+    std::fs::write(&local, "copied in\n").unwrap();
+    c.ok(
+        &k,
+        &["cp", local.to_str().unwrap(), "hello:/tmp/copied.txt"],
+    );
+    assert_eq!(
+        c.ok(&k, &["exec", "hello", "--", "cat", "/tmp/copied.txt"]),
+        "copied in\n"
+    );
+    let back = c.dir.0.join("back.txt");
+    c.ok(&k, &["cp", "hello:/tmp/copied.txt", back.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "copied in\n");
+    // kubectl port-forward serves a pod's port on localhost.
+    c.ok(
+        &k,
+        &[
+            "run",
+            "web",
+            "--image=busybox:1.36",
+            "--",
+            "sh",
+            "-c",
+            "mkdir -p /www && echo forwarded > /www/index.html && httpd -f -p 8080 -h /www",
+        ],
+    );
+    c.ok(
+        &k,
+        &["wait", "--for=condition=Ready", "pod/web", "--timeout=90s"],
+    );
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut pf = std::process::Command::new(&k)
+        .args(["port-forward", "pod/web", &format!("{port}:8080")])
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env("HOME", &c.dir.0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut page = String::new();
+    wait_for("the forwarded port to answer", || {
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            return false;
+        };
+        use std::io::{Read, Write};
+        let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+        page.clear();
+        s.read_to_string(&mut page).is_ok() && page.ends_with("forwarded\n")
+    });
+    let _ = pf.kill();
+    let _ = pf.wait();
+
     // An image built from this machine's memcached; a client pod on the
     // other node talks to it.
     let built = std::process::Command::new(env!("CARGO_BIN_EXE_kubeforge"))

@@ -230,6 +230,23 @@ async fn handle(
                     .collect();
             container_logs(shared, ns, pod, container, &query).await
         }
+        (&Method::GET | &Method::POST, [kind @ ("exec" | "attach"), ns, pod, .., container])
+            if (4..=5).contains(&parts.len()) =>
+        {
+            let (kind, ns, pod, container) = (
+                kind.to_string(),
+                ns.to_string(),
+                pod.to_string(),
+                container.to_string(),
+            );
+            stream(shared, req, &kind, &ns, &pod, Some(&container)).await
+        }
+        (&Method::GET | &Method::POST, ["portForward", ns, pod, ..])
+            if (3..=4).contains(&parts.len()) =>
+        {
+            let (ns, pod) = (ns.to_string(), pod.to_string());
+            stream(shared, req, "portforward", &ns, &pod, None).await
+        }
         _ => full(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
@@ -317,6 +334,220 @@ async fn container_logs(
         .status(StatusCode::OK)
         .header(http::header::CONTENT_TYPE, "text/plain")
         .body(body.boxed_unsync())
+        .unwrap_or_default()
+}
+
+/// The headers an upgrade carries to the runtime's streaming server and
+/// back.
+const UPGRADE_HEADERS: &[&str] = &[
+    "connection",
+    "upgrade",
+    "x-stream-protocol-version",
+    "sec-websocket-protocol",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-accept",
+];
+
+/// `/exec`, `/attach` and `/portForward`: ask the runtime for a streaming
+/// URL (CRI Exec, Attach, PortForward), carry the caller's upgrade there
+/// and copy the bytes both ways once both sides switched, as the kubelet's
+/// streaming proxy does.
+async fn stream(
+    shared: &Shared,
+    mut req: Request<Incoming>,
+    kind: &str,
+    ns: &str,
+    pod_name: &str,
+    container: Option<&str>,
+) -> Response<Body> {
+    let text = |code, msg: String| full(code, "text/plain; charset=utf-8", msg);
+    let Some(pod) = shared.pod(ns, pod_name) else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("pod \"{pod_name}\" not found"),
+        );
+    };
+    let pairs: Vec<(String, String)> =
+        form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes())
+            .into_owned()
+            .collect();
+    let flag = |k: &str| {
+        pairs
+            .iter()
+            .any(|(key, v)| key == k && matches!(v.as_str(), "1" | "true" | "True"))
+    };
+    let (stdin, stdout, stderr, tty) = (
+        flag("input") || flag("stdin"),
+        flag("output") || flag("stdout"),
+        flag("error") || flag("stderr"),
+        flag("tty"),
+    );
+    let mut rt = shared.cri.runtime.clone();
+    let url = if kind == "portforward" {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let boxes = rt
+            .list_pod_sandbox(api::ListPodSandboxRequest {
+                filter: Some(api::PodSandboxFilter {
+                    label_selector: std::collections::HashMap::from([(
+                        crate::pod::POD_UID.to_string(),
+                        uid,
+                    )]),
+                    state: Some(api::PodSandboxStateValue {
+                        state: api::PodSandboxState::SandboxReady as i32,
+                    }),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map(|r| r.into_inner().items)
+            .unwrap_or_default();
+        let Some(sb) = boxes.first() else {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("pod {pod_name:?} has no running sandbox"),
+            );
+        };
+        rt.port_forward(api::PortForwardRequest {
+            pod_sandbox_id: sb.id.clone(),
+            port: Vec::new(),
+        })
+        .await
+        .map(|r| r.into_inner().url)
+    } else {
+        let container = container.unwrap_or_default();
+        let status = pod.status.clone().unwrap_or_default();
+        let id = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .chain(status.init_container_statuses.iter().flatten())
+            .chain(status.ephemeral_container_statuses.iter().flatten())
+            .find(|s| {
+                s.name == container && s.state.as_ref().is_some_and(|st| st.running.is_some())
+            })
+            .and_then(|s| s.container_id.clone())
+            .map(|id| {
+                id.split_once("://")
+                    .map_or(id.clone(), |(_, i)| i.to_string())
+            });
+        let Some(id) = id else {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("container not found ({container:?})"),
+            );
+        };
+        if !stdin && !stdout && !stderr {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "you must specify at least 1 of stdin, stdout, stderr".into(),
+            );
+        }
+        if kind == "exec" {
+            let cmd: Vec<String> = pairs
+                .iter()
+                .filter(|(k, _)| k == "command")
+                .map(|(_, v)| v.clone())
+                .collect();
+            rt.exec(api::ExecRequest {
+                container_id: id,
+                cmd,
+                tty,
+                stdin,
+                stdout,
+                stderr: stderr && !tty,
+            })
+            .await
+            .map(|r| r.into_inner().url)
+        } else {
+            rt.attach(api::AttachRequest {
+                container_id: id,
+                stdin,
+                tty,
+                stdout,
+                stderr: stderr && !tty,
+            })
+            .await
+            .map(|r| r.into_inner().url)
+        }
+    };
+    let url = match url {
+        Ok(u) => u,
+        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.message().to_string()),
+    };
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the runtime gave a bad streaming URL {url:?}"),
+        );
+    };
+    let (Some(host), Some(port)) = (uri.host(), uri.port_u16()) else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the runtime gave a bad streaming URL {url:?}"),
+        );
+    };
+    let tcp = match tokio::net::TcpStream::connect((host, port)).await {
+        Ok(t) => t,
+        Err(e) => {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("dial {host}:{port}: {e}"),
+            );
+        }
+    };
+    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await {
+        Ok(c) => c,
+        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    let mut up = Request::builder()
+        .method(req.method().clone())
+        .uri(uri.path_and_query().map_or("/", |p| p.as_str()))
+        .header(http::header::HOST, format!("{host}:{port}"));
+    for h in UPGRADE_HEADERS {
+        for v in req.headers().get_all(*h) {
+            up = up.header(*h, v);
+        }
+    }
+    let Ok(up) = up.body(http_body_util::Empty::<Bytes>::new()) else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot build the upstream request".into(),
+        );
+    };
+    let mut resp = match sender.send_request(up).await {
+        Ok(r) => r,
+        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let code = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        return full(code, "text/plain; charset=utf-8", body);
+    }
+    let client_side = hyper::upgrade::on(&mut req);
+    let runtime_side = hyper::upgrade::on(&mut resp);
+    let mut out = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
+    for (k, v) in resp.headers() {
+        if UPGRADE_HEADERS.contains(&k.as_str()) {
+            out = out.header(k, v);
+        }
+    }
+    tokio::spawn(async move {
+        let (Ok(a), Ok(b)) = (client_side.await, runtime_side.await) else {
+            return;
+        };
+        let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(a), &mut TokioIo::new(b)).await;
+        drop(sender);
+    });
+    out.body(Full::new(Bytes::new()).boxed_unsync())
         .unwrap_or_default()
 }
 
