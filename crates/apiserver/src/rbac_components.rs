@@ -33,6 +33,8 @@ pub const NODE_SIMULATOR_USER: &str = "system:kubeforge:node-simulator";
 pub const STATE_METRICS_USER: &str = "system:kubeforge:kube-state-metrics";
 /// The group node agents authenticate in (`system:node:<name>`).
 pub const NODES_GROUP: &str = "system:nodes";
+/// kube-proxy's user (the Service proxy of container nodes).
+pub const KUBE_PROXY_USER: &str = "system:kube-proxy";
 /// The user the API server calls kubelets as (kubeadm's name).
 pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
 
@@ -625,6 +627,27 @@ pub(crate) async fn ensure(server: &ApiServer) -> ApiResult<()> {
         ]),
     );
     crate::rest::ensure_object(server, CLUSTER_ROLES, role).await?;
+    // kube-proxy's role (bootstrappolicy's `system:node-proxier`), bound to
+    // its user as kube-proxy's kubeconfig names it.
+    let proxier = cluster_role(
+        "system:node-proxier",
+        rules_json(&[
+            (&["list", "watch"], CORE, &["endpoints", "services"], &[]),
+            (&["get", "list", "watch"], CORE, &["nodes"], &[]),
+            (CREATE_PATCH_UPDATE, CORE, &["events"], &[]),
+            (
+                &["list", "watch"],
+                &["discovery.k8s.io"],
+                &["endpointslices"],
+                &[],
+            ),
+        ]),
+    );
+    crate::rest::ensure_object(server, CLUSTER_ROLES, proxier).await?;
+    let user =
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUBE_PROXY_USER});
+    let binding = cluster_role_binding("system:node-proxier", "system:node-proxier", vec![user]);
+    crate::rest::ensure_object(server, CLUSTER_ROLE_BINDINGS, binding).await?;
     let binding = cluster_role_binding(
         KUBELET_CLIENT_USER,
         "system:kubelet-api-admin",

@@ -12,12 +12,14 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use kubeforge_apiserver::{ApiServer, KubeletClient, rbac_components};
 use kubeforge_node::local::{self, Runtimes};
+use kubeforge_node::proxy::Proxy;
 use kubeforge_node::{AgentConfig, RunningAgent};
 
 /// Running container nodes.
 pub struct ContainerNodes {
     runtimes: Runtimes,
     agents: Vec<RunningAgent>,
+    proxy: Option<Proxy>,
 }
 
 /// Refuse (exit 2) when this machine cannot run containers.
@@ -75,7 +77,17 @@ pub async fn start(server: &ApiServer, data_dir: &Path, n: usize) -> Result<Cont
     let mut nodes = ContainerNodes {
         runtimes,
         agents: Vec::new(),
+        proxy: None,
     };
+    match Proxy::start(server.builtin_client_as(rbac_components::component_user(
+        rbac_components::KUBE_PROXY_USER,
+    ))) {
+        Ok(p) => nodes.proxy = Some(p),
+        Err(e) => {
+            nodes.stop().await;
+            return Err(e).context("starting the Service proxy");
+        }
+    }
     for i in 0..n {
         let name = node_name(i);
         let mut cfg = AgentConfig::new(
@@ -121,6 +133,9 @@ impl ContainerNodes {
     pub async fn stop(self) {
         for a in self.agents {
             a.stop_and_remove_pods().await;
+        }
+        if let Some(p) = self.proxy {
+            p.stop().await;
         }
         self.runtimes.stop().await;
     }

@@ -176,6 +176,95 @@ fn container_nodes_run_pods_for_kubectl_and_leave_nothing() {
     let _ = pf.kill();
     let _ = pf.wait();
 
+    // A Service: its ClusterIP balances over the ready pods of both nodes,
+    // from a pod and from the host; an unready pod gets no traffic.
+    c.ok(
+        &k,
+        &[
+            "create",
+            "deployment",
+            "svc",
+            "--image=busybox:1.36",
+            "--replicas=2",
+            "--",
+            "sh",
+            "-c",
+            "mkdir -p /www && hostname > /www/index.html && httpd -f -p 8080 -h /www",
+        ],
+    );
+    c.ok(&k, &["rollout", "status", "deploy/svc", "--timeout=90s"]);
+    let unready = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "svc-unready", "labels": {"app": "svc"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36",
+            "command": ["sh", "-c", "mkdir -p /www && hostname > /www/index.html && httpd -f -p 8080 -h /www"],
+            "readinessProbe": {"exec": {"command": ["false"]}, "periodSeconds": 1}}]}});
+    c.kubectl_stdin(&k, &["apply", "-f", "-"], Some(&unready.to_string()));
+    c.ok(
+        &k,
+        &[
+            "expose",
+            "deployment",
+            "svc",
+            "--port=80",
+            "--target-port=8080",
+        ],
+    );
+    let ip = c.ok(
+        &k,
+        &["get", "svc", "svc", "-o", "jsonpath={.spec.clusterIP}"],
+    );
+    wait_for("the unready pod to run", || {
+        jsonpath(&c, &k, "svc-unready", "{.status.phase}") == "Running"
+    });
+    wait_for("both endpoints", || {
+        let out = c.ok(
+            &k,
+            &[
+                "get",
+                "endpointslices",
+                "-l",
+                "kubernetes.io/service-name=svc",
+                "-o",
+                "jsonpath={.items[*].endpoints[?(@.conditions.ready==true)].addresses[*]}",
+            ],
+        );
+        out.split_whitespace().count() == 2
+    });
+    let script = format!("for i in $(seq 1 12); do wget -qO- http://{ip}/; done");
+    c.ok(
+        &k,
+        &[
+            "run",
+            "svc-client",
+            "--image=busybox:1.36",
+            "--restart=Never",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    wait_for("the Service client completes", || {
+        jsonpath(&c, &k, "svc-client", "{.status.phase}") == "Succeeded"
+    });
+    let answers = c.ok(&k, &["logs", "svc-client"]);
+    let hosts: std::collections::BTreeSet<&str> = answers.lines().collect();
+    assert_eq!(answers.lines().count(), 12, "{answers}");
+    assert!(
+        hosts
+            .iter()
+            .all(|h| h.starts_with("svc-") && *h != "svc-unready"),
+        "{hosts:?}"
+    );
+    assert_eq!(hosts.len(), 2, "both ready pods answer: {hosts:?}");
+    let mut from_host = String::new();
+    {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect((ip.as_str(), 80)).unwrap();
+        s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        s.read_to_string(&mut from_host).unwrap();
+    }
+    assert!(from_host.contains("\r\n\r\nsvc-"), "{from_host}");
+
     // An image built from this machine's memcached; a client pod on the
     // other node talks to it.
     let built = std::process::Command::new(env!("CARGO_BIN_EXE_kubeforge"))

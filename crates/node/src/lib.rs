@@ -29,6 +29,7 @@ pub mod logs;
 pub mod network;
 pub mod pod;
 pub mod probes;
+pub mod proxy;
 pub mod registry;
 mod server;
 pub mod status;
