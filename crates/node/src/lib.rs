@@ -11,7 +11,7 @@
 //! ```
 //!
 //! The parts: [`cri`] (the gRPC client), [`pod`] (a pod spec in CRI's
-//! terms), [`env`] and [`volumes`] (what containers get), [`worker`] (one
+//! terms), [`env`](mod@env) and [`volumes`] (what containers get), [`worker`] (one
 //! pod's lifecycle), [`status`] (the pod status the kubelet writes),
 //! [`logs`] (CRI log files read with kube's options), [`agent`] (the Node,
 //! its Lease, the pod watch) and the agent's HTTPS API (`server`).
