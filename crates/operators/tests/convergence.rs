@@ -102,6 +102,14 @@ async fn converges_with_api_errors_and_dropped_watches() {
     })
     .await;
 
+    // The changes below must reach the operator through re-established
+    // watches: wait until fault injection has dropped one (a fast first
+    // convergence can finish inside the 50–200 ms every watch is given).
+    eventually(60, "a watch dropped by fault injection", || async {
+        (env.faults().stats().watches_dropped > 0).then_some(())
+    })
+    .await;
+
     // Resize half of them, delete a quarter.
     for i in (0..N).step_by(2) {
         mcs.patch(
