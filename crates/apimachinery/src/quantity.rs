@@ -94,10 +94,68 @@ pub fn parse_value(s: &str) -> Result<i64, QuantityError> {
     }
 }
 
+/// A quantity of `nanos` billionths (CPU nanocores) in kube's canonical
+/// DecimalSI form, as `resource.NewScaledQuantity(nanos, -9).String()`
+/// prints it: the largest power-of-1000 suffix that keeps the number whole
+/// (`250000000` → `"250m"`, `1500000` → `"1500u"`, `2000000000` → `"2"`).
+pub fn format_nanos(nanos: i64) -> String {
+    const SUFFIXES: [&str; 10] = ["n", "u", "m", "", "k", "M", "G", "T", "P", "E"];
+    if nanos == 0 {
+        return "0".to_string();
+    }
+    let (mut mantissa, mut step) = (nanos, 0);
+    while mantissa % 1000 == 0 && step + 1 < SUFFIXES.len() {
+        mantissa /= 1000;
+        step += 1;
+    }
+    format!("{mantissa}{}", SUFFIXES[step])
+}
+
+/// A quantity of thousandths in kube's canonical DecimalSI form, as
+/// `resource.NewMilliQuantity(milli, DecimalSI).String()` prints it
+/// (`1500` → `"1500m"`, `2000` → `"2"`, `64000000000` → `"64M"`).
+pub fn format_milli(milli: i64) -> String {
+    format_nanos(milli.saturating_mul(1_000_000))
+}
+
+/// A byte count in kube's canonical BinarySI form, as
+/// `resource.NewQuantity(bytes, BinarySI).String()` prints it: the largest
+/// power-of-1024 suffix that keeps the number whole (`67108864` → `"64Mi"`,
+/// `12288` → `"12Ki"`, `12345` → `"12345"`); under 1024 the DecimalSI form
+/// (`1000` → `"1k"`), as kube does to avoid rounding.
+pub fn format_bytes(bytes: i64) -> String {
+    const SUFFIXES: [&str; 7] = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    if bytes.unsigned_abs() < 1024 {
+        return format_nanos(bytes.saturating_mul(1_000_000_000));
+    }
+    let (mut mantissa, mut step) = (bytes, 0);
+    while mantissa % 1024 == 0 && step + 1 < SUFFIXES.len() {
+        mantissa /= 1024;
+        step += 1;
+    }
+    format!("{mantissa}{}", SUFFIXES[step])
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn canonical_forms_as_kube_prints_them() {
+        assert_eq!(format_nanos(250_000_000), "250m");
+        assert_eq!(format_nanos(1_500_000), "1500u");
+        assert_eq!(format_nanos(2_000_000_000), "2");
+        assert_eq!(format_nanos(123_456_789), "123456789n");
+        assert_eq!(format_nanos(0), "0");
+        assert_eq!(format_milli(1500), "1500m");
+        assert_eq!(format_milli(64_000_000_000), "64M");
+        assert_eq!(format_bytes(64 * 1024 * 1024), "64Mi");
+        assert_eq!(format_bytes(12288), "12Ki");
+        assert_eq!(format_bytes(12345), "12345");
+        assert_eq!(format_bytes(1000), "1k");
+        assert_eq!(format_bytes(0), "0");
+    }
 
     #[test]
     fn parses_kubernetes_quantities() {

@@ -824,6 +824,84 @@ pub fn rows() -> Vec<ResourceDef> {
         .collect()
 }
 
+/// The Metrics API's rows (metrics.k8s.io/v1beta1 `nodes` and `pods`,
+/// get and list only), served while a metrics provider is set
+/// (`ApiServer::set_metrics_provider`); computed, never stored.
+static METRICS_ROWS: &[Row] = &[
+    row!(
+        "metrics.k8s.io/v1beta1",
+        "NodeMetrics",
+        "nodes",
+        NONE,
+        NONE,
+        CLUSTER,
+        0,
+        NONE,
+        Subdomain,
+        false,
+        Plain,
+        metrics_columns
+    ),
+    row!(
+        "metrics.k8s.io/v1beta1",
+        "PodMetrics",
+        "pods",
+        NONE,
+        NONE,
+        NS,
+        0,
+        NONE,
+        Subdomain,
+        false,
+        Plain,
+        metrics_columns
+    ),
+];
+
+/// The Metrics API's rows, with the verbs metrics-server serves.
+pub(crate) fn metrics_rows() -> Vec<ResourceDef> {
+    METRICS_ROWS
+        .iter()
+        .map(to_def)
+        .map(|mut d| {
+            d.verbs = vec!["get".to_string(), "list".to_string()];
+            d
+        })
+        .collect()
+}
+
+/// metrics-server's table: CPU, memory (a pod's summed over its
+/// containers) and the window.
+fn metrics_columns() -> Vec<Column> {
+    fn total(o: &Value, resource: &str) -> Value {
+        if let Some(q) = o
+            .pointer(&format!("/usage/{resource}"))
+            .and_then(Value::as_str)
+        {
+            return json!(q);
+        }
+        let parse = |q: &str| match resource {
+            "cpu" => kubeforge_apimachinery::quantity::parse_milli(q).ok(),
+            _ => kubeforge_apimachinery::quantity::parse_value(q).ok(),
+        };
+        let sum: i64 = arr(o, "/containers")
+            .iter()
+            .filter_map(|c| c.pointer(&format!("/usage/{resource}")))
+            .filter_map(Value::as_str)
+            .filter_map(parse)
+            .sum();
+        json!(match resource {
+            "cpu" => kubeforge_apimachinery::quantity::format_milli(sum),
+            _ => kubeforge_apimachinery::quantity::format_bytes(sum),
+        })
+    }
+    vec![
+        Column::func("CPU", "string", 0, |o| total(o, "cpu")),
+        Column::func("Memory", "string", 0, |o| total(o, "memory")),
+        Column::text("Window", 0, "/window"),
+    ]
+}
+
 /// Rows served with fewer verbs than stored kinds, with the verbs they
 /// serve: read-only `componentstatuses`, create-only reviews.
 fn read_only_verbs(group: &str, plural: &str) -> Option<&'static [&'static str]> {
@@ -1565,19 +1643,91 @@ fn hpa_columns() -> Vec<Column> {
                 s(o, "/spec/scaleTargetRef/name")
             ))
         }),
-        Column::func("Targets", "string", 0, |_| json!("<unknown>")),
+        Column::func("Targets", "string", 0, |o| json!(hpa_targets(o))),
         Column::func("MinPods", "string", 0, |o| {
             json!(
                 o.pointer("/spec/minReplicas")
                     .and_then(Value::as_i64)
-                    .unwrap_or(1)
-                    .to_string()
+                    .map_or_else(|| "<unset>".to_string(), |m| m.to_string())
             )
         }),
         Column::int("MaxPods", 0, "/spec/maxReplicas"),
         Column::int("Replicas", 0, "/status/currentReplicas"),
         Column::age(),
     ]
+}
+
+/// kube's `formatHPAMetrics` (printers.go): `cpu: 75%/50%` per metric,
+/// at most two, then `+ N more...`.
+fn hpa_targets(o: &Value) -> String {
+    let specs = arr(o, "/spec/metrics");
+    if specs.is_empty() {
+        return "<none>".into();
+    }
+    let statuses = arr(o, "/status/currentMetrics");
+    let mut list: Vec<String> = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        let status = statuses.get(i);
+        let cur = |p: &str| {
+            status.and_then(|st| st.pointer(p)).map(|v| match v {
+                Value::String(x) => x.clone(),
+                other => other.to_string(),
+            })
+        };
+        let kind = s(spec, "/type");
+        let item = match kind.as_str() {
+            "Resource" | "ContainerResource" => {
+                let key = if kind == "Resource" {
+                    "resource"
+                } else {
+                    "containerResource"
+                };
+                let name = s(spec, &format!("/{key}/name"));
+                let target = |p: &str| spec.pointer(&format!("/{key}/target/{p}"));
+                if let Some(v) = target("averageValue") {
+                    let current = cur(&format!("/{key}/current/averageValue"))
+                        .unwrap_or_else(|| "<unknown>".into());
+                    format!("{name}: {current}/{}", v.as_str().unwrap_or_default())
+                } else {
+                    let current = cur(&format!("/{key}/current/averageUtilization"))
+                        .map_or_else(|| "<unknown>".into(), |u| format!("{u}%"));
+                    let target = target("averageUtilization")
+                        .and_then(Value::as_i64)
+                        .map_or_else(|| "<auto>".into(), |u| format!("{u}%"));
+                    format!("{name}: {current}/{target}")
+                }
+            }
+            "Pods" => format!(
+                "{}/{}",
+                cur("/pods/current/averageValue").unwrap_or_else(|| "<unknown>".into()),
+                s(spec, "/pods/target/averageValue")
+            ),
+            "Object" | "External" => {
+                let key = if kind == "Object" {
+                    "object"
+                } else {
+                    "external"
+                };
+                if let Some(v) = spec.pointer(&format!("/{key}/target/averageValue")) {
+                    let current = cur(&format!("/{key}/current/averageValue"))
+                        .unwrap_or_else(|| "<unknown>".into());
+                    format!("{current}/{} (avg)", v.as_str().unwrap_or_default())
+                } else {
+                    let current =
+                        cur(&format!("/{key}/current/value")).unwrap_or_else(|| "<unknown>".into());
+                    format!("{current}/{}", s(spec, &format!("/{key}/target/value")))
+                }
+            }
+            _ => "<unknown type>".into(),
+        };
+        list.push(item);
+    }
+    let count = list.len();
+    if count > 2 {
+        list.truncate(2);
+        return format!("{} + {} more...", list.join(", "), count - 2);
+    }
+    list.join(", ")
 }
 
 fn rolebinding_columns() -> Vec<Column> {

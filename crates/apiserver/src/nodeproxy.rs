@@ -258,11 +258,46 @@ const UPGRADE_HEADERS: &[&str] = &[
     "sec-websocket-version",
 ];
 
-/// `pods/{name}/exec|attach|portforward`: the client's SPDY upgrade
-/// carried to the node's kubelet API, and once both sides switched
-/// protocols, the bytes copied both ways (kube-apiserver's
-/// `UpgradeAwareHandler`). A WebSocket request is refused before any
-/// switch, which makes kubectl ≥ 1.30 retry over SPDY.
+/// The WebSocket subprotocols the runtimes' streaming servers speak
+/// (containerd 1.6's, as every kubelet before 1.30): the channel protocols
+/// up to v4, for exec, attach and port-forward alike.
+const LEGACY_WEBSOCKET_PROTOCOLS: &[&str] = &[
+    "v4.channel.k8s.io",
+    "v4.base64.channel.k8s.io",
+    "channel.k8s.io",
+    "base64.channel.k8s.io",
+];
+
+/// The subprotocols of a WebSocket stream request that the node's runtime
+/// speaks, in the client's order, joined for the upstream request (empty
+/// when the client named none, which the runtime takes as
+/// `channel.k8s.io`). Offers this server translates (v5 exec and attach,
+/// tunnelled port-forward) are handled before; a request offering only
+/// other protocols (v5 for port-forward, say) is refused before any
+/// switch: kubectl takes that refusal as an upgrade failure and retries
+/// over SPDY/3.1.
+fn legacy_websocket_protocols(headers: &http::HeaderMap) -> ApiResult<String> {
+    let offered = crate::streamtranslator::offered(headers);
+    let spoken: Vec<&str> = offered
+        .iter()
+        .copied()
+        .filter(|p| LEGACY_WEBSOCKET_PROTOCOLS.contains(p))
+        .collect();
+    if !offered.is_empty() && spoken.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "the node's streaming server speaks WebSocket subprotocols {} or SPDY/3.1, not {}; retry over SPDY/3.1",
+            LEGACY_WEBSOCKET_PROTOCOLS.join(", "),
+            offered.join(", ")
+        )));
+    }
+    Ok(spoken.join(", "))
+}
+
+/// `pods/{name}/exec|attach|portforward`: the client's upgrade carried to
+/// the node's kubelet API, and once both sides switched protocols, the
+/// bytes copied both ways (kube-apiserver's `UpgradeAwareHandler`). SPDY
+/// and WebSocket channel protocols up to v4 (kube-rs, the Python client)
+/// pass through; see [`legacy_websocket_protocols`] for v5.
 pub(crate) async fn stream(
     server: &crate::server::ApiServer,
     p: &crate::request::ResourcePath,
@@ -282,9 +317,36 @@ pub(crate) async fn stream(
             "Upgrade request required: {sub} streams over SPDY/3.1"
         )));
     }
-    if upgrade == "websocket" {
+    // Some WebSocket clients are answered here, which then speaks SPDY to
+    // the node: a v5 client of exec or attach (kube-apiserver's
+    // StreamTranslator) and kubectl >= 1.31's port-forward, which tunnels
+    // SPDY inside WebSocket (its bytes go to the node as they are). Other
+    // WebSocket clients pass through with the protocols the runtime speaks.
+    // Answered here: (the SPDY protocol asked of the node, the WebSocket
+    // subprotocol answered).
+    use crate::streamtranslator::{PORT_FORWARD, SPDY_TUNNEL, SPDY_V4, V5};
+    let offered = crate::streamtranslator::offered(&parts.headers);
+    let answered_here = match (upgrade.as_str(), sub) {
+        ("websocket", "portforward") if offered.contains(&SPDY_TUNNEL) => {
+            Some((PORT_FORWARD, SPDY_TUNNEL))
+        }
+        ("websocket", "exec" | "attach") if offered.contains(&V5) => Some((SPDY_V4, V5)),
+        _ => None,
+    };
+    let translate = answered_here.is_some();
+    let tunnel = answered_here.is_some_and(|(_, ws)| ws == SPDY_TUNNEL);
+    let websocket_protocols = if upgrade == "websocket" && !translate {
+        Some(legacy_websocket_protocols(&parts.headers)?)
+    } else {
+        None
+    };
+    let client_key = parts
+        .headers
+        .get(http::header::SEC_WEBSOCKET_KEY)
+        .map(|k| k.as_bytes().to_vec());
+    if translate && client_key.is_none() {
         return Err(ApiError::bad_request(
-            "this server streams pods/exec, attach and portforward over SPDY/3.1 only; retry without WebSockets",
+            "a WebSocket upgrade needs Sec-WebSocket-Key",
         ));
     }
     let on_upgrade = parts
@@ -331,13 +393,29 @@ pub(crate) async fn stream(
         .ok_or_else(|| ApiError::internal("this server has no kubelet client certificate"))?;
     let sender = connect(&client, ip, port, true).await?;
     let mut req = http::Request::builder()
-        .method(parts.method.clone())
+        .method(if translate {
+            http::Method::POST
+        } else {
+            parts.method.clone()
+        })
         .uri(&path)
         .header(http::header::HOST, format!("{ip}:{port}"));
-    for h in UPGRADE_HEADERS {
+    if let Some((spdy_protocol, _)) = answered_here {
+        req = req
+            .header(http::header::CONNECTION, "Upgrade")
+            .header(http::header::UPGRADE, "SPDY/3.1")
+            .header("x-stream-protocol-version", spdy_protocol);
+    }
+    for h in UPGRADE_HEADERS.iter().filter(|_| !translate) {
+        if *h == "sec-websocket-protocol" && websocket_protocols.is_some() {
+            continue;
+        }
         for v in parts.headers.get_all(*h) {
             req = req.header(*h, v);
         }
+    }
+    if let Some(protocols) = websocket_protocols.filter(|p| !p.is_empty()) {
+        req = req.header("sec-websocket-protocol", protocols);
     }
     let req = req
         .body(Empty::<Bytes>::new())
@@ -362,6 +440,40 @@ pub(crate) async fn stream(
     let upstream = hyper::upgrade::on(&mut resp);
     let mut out = Response::new(ApiBody::empty());
     *out.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    if let (Some((_, ws_protocol)), Some(key)) = (answered_here, client_key) {
+        let h = out.headers_mut();
+        h.insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("Upgrade"),
+        );
+        h.insert(
+            http::header::UPGRADE,
+            http::HeaderValue::from_static("websocket"),
+        );
+        h.insert(
+            http::header::SEC_WEBSOCKET_PROTOCOL,
+            http::HeaderValue::from_static(ws_protocol),
+        );
+        h.insert(
+            http::header::SEC_WEBSOCKET_ACCEPT,
+            http::HeaderValue::from_str(&crate::streamtranslator::accept_key(&key))
+                .map_err(|e| ApiError::internal(e.to_string()))?,
+        );
+        let streams = crate::streamtranslator::Streams::from_query(&query);
+        tokio::spawn(async move {
+            let (Ok(client_io), Ok(node_io)) = (on_upgrade.await, upstream.await) else {
+                return;
+            };
+            let (client_io, node_io) = (TokioIo::new(client_io), TokioIo::new(node_io));
+            if tunnel {
+                crate::streamtranslator::tunnel(client_io, node_io).await;
+            } else {
+                crate::streamtranslator::run(client_io, node_io, streams).await;
+            }
+            drop(sender);
+        });
+        return Ok(out);
+    }
     for (k, v) in resp.headers() {
         if UPGRADE_HEADERS.contains(&k.as_str()) || k.as_str() == "sec-websocket-accept" {
             out.headers_mut().append(k.clone(), v.clone());
@@ -377,6 +489,55 @@ pub(crate) async fn stream(
         drop(sender);
     });
     Ok(out)
+}
+
+/// Whether a request is `nodes/{name}/proxy/…`.
+pub(crate) fn is_node_proxy(p: &crate::request::ResourcePath) -> bool {
+    p.group.is_empty() && p.plural == "nodes" && p.subresource.as_deref() == Some("proxy")
+}
+
+/// `GET nodes/{name}/proxy/{path}`: the node's kubelet API at `path`
+/// (`/stats/summary`, `/pods`, `/healthz`, …), answered as the kubelet
+/// answers, as kube-apiserver's node proxy does. Only reads (GET) go
+/// through; other verbs are 405.
+pub(crate) async fn node_proxy(
+    server: &crate::server::ApiServer,
+    p: &crate::request::ResourcePath,
+    parts: &http::request::Parts,
+) -> ApiResult<Response<ApiBody>> {
+    let name = p.name.as_deref().ok_or_else(ApiError::no_route)?;
+    if parts.method != http::Method::GET {
+        return Err(ApiError::method_not_supported(
+            crate::error::GroupResource {
+                group: "",
+                resource: "nodes/proxy",
+            },
+            parts.method.as_str(),
+        ));
+    }
+    let prefix = format!("/api/v1/nodes/{name}/proxy");
+    let rest = parts
+        .uri
+        .path()
+        .strip_prefix(&prefix)
+        .filter(|r| !r.is_empty())
+        .unwrap_or("/");
+    let path = match parts.uri.query() {
+        Some(q) if !q.is_empty() => format!("{rest}?{q}"),
+        _ => rest.to_string(),
+    };
+    let (ip, port) = node_address(server, name, name)?;
+    let client = server
+        .kubelet_client()
+        .ok_or_else(|| ApiError::internal("this server has no kubelet client certificate"))?;
+    let (status, content_type, body) = get_typed(&client, ip, port, &path).await?;
+    let mut r = Response::new(ApiBody::Stream(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        content_type.unwrap_or(http::HeaderValue::from_static("text/plain")),
+    );
+    Ok(r)
 }
 
 /// A node's kubelet address, if this server dials it (loopback only).
@@ -474,6 +635,18 @@ async fn get(
     port: u16,
     path: &str,
 ) -> ApiResult<(StatusCode, mpsc::Receiver<Bytes>)> {
+    get_typed(client, ip, port, path)
+        .await
+        .map(|(status, _, body)| (status, body))
+}
+
+/// [`get`], with the answer's content type.
+async fn get_typed(
+    client: &KubeletClient,
+    ip: IpAddr,
+    port: u16,
+    path: &str,
+) -> ApiResult<(StatusCode, Option<http::HeaderValue>, mpsc::Receiver<Bytes>)> {
     let mut sender = connect(client, ip, port, false).await?;
     let req = http::Request::get(path)
         .header(http::header::HOST, format!("{ip}:{port}"))
@@ -484,6 +657,7 @@ async fn get(
         .await
         .map_err(|e| ApiError::internal(format!("Get \"https://{ip}:{port}{path}\": {e}")))?;
     let status = resp.status();
+    let content_type = resp.headers().get(http::header::CONTENT_TYPE).cloned();
     let (tx, rx) = mpsc::channel(16);
     let mut body = resp.into_body();
     tokio::spawn(async move {
@@ -497,7 +671,7 @@ async fn get(
         }
         drop(sender);
     });
-    Ok((status, rx))
+    Ok((status, content_type, rx))
 }
 
 #[cfg(test)]
@@ -520,6 +694,36 @@ mod tests {
         );
         let one = json!({"spec": {"containers": [{"name": "only"}]}});
         assert_eq!(pick_container(&one, "p", None).unwrap(), "only");
+    }
+
+    #[test]
+    fn websocket_streams_pass_with_the_runtime_s_subprotocols() {
+        let offer = |v: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(
+                http::header::SEC_WEBSOCKET_PROTOCOL,
+                http::HeaderValue::from_str(v).unwrap(),
+            );
+            legacy_websocket_protocols(&h)
+        };
+        // kube-rs offers v5 then v4: v4 goes on.
+        assert_eq!(
+            offer("v5.channel.k8s.io, v4.channel.k8s.io").unwrap(),
+            "v4.channel.k8s.io"
+        );
+        // The Python client: v4 alone.
+        assert_eq!(offer("v4.channel.k8s.io").unwrap(), "v4.channel.k8s.io");
+        // Offers of nothing the runtime speaks are refused before switching
+        // (the caller translates v5 exec/attach and the tunnel first).
+        for only_new in ["v5.channel.k8s.io", "SPDY/3.1+portforward.k8s.io"] {
+            let e = offer(only_new).unwrap_err();
+            assert_eq!(e.code, 400, "{only_new}");
+            assert!(e.message.contains("retry over SPDY/3.1"), "{}", e.message);
+        }
+        assert_eq!(
+            legacy_websocket_protocols(&http::HeaderMap::new()).unwrap(),
+            ""
+        );
     }
 
     #[test]

@@ -31,10 +31,15 @@ pub const NODE_SIMULATOR_USER: &str = "system:kubeforge:node-simulator";
 /// The user of the object-state metrics (kube-state-metrics' role):
 /// it lists and watches what it reports on, nothing more.
 pub const STATE_METRICS_USER: &str = "system:kubeforge:kube-state-metrics";
+/// The Metrics API provider's user (metrics-server's role: it reads pods
+/// and nodes, and nodes' resource endpoints).
+pub const METRICS_SERVER_USER: &str = "system:metrics-server";
 /// The group node agents authenticate in (`system:node:<name>`).
 pub const NODES_GROUP: &str = "system:nodes";
 /// kube-proxy's user (the Service proxy of container nodes).
 pub const KUBE_PROXY_USER: &str = "system:kube-proxy";
+/// The cluster DNS server's user (kube-dns's role, `system:kube-dns`).
+pub const KUBE_DNS_USER: &str = "system:kube-dns";
 /// The user the API server calls kubelets as (kubeadm's name).
 pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
 
@@ -361,6 +366,24 @@ const CONTROLLERS: &[(&str, &[Rule])] = &[
         ],
     ),
     (
+        "horizontal-pod-autoscaler",
+        &[
+            (READ, &["autoscaling"], &["horizontalpodautoscalers"], &[]),
+            (
+                STATUS,
+                &["autoscaling"],
+                &["horizontalpodautoscalers/status"],
+                &[],
+            ),
+            (&["get", "update"], &["*"], &["*/scale"], &[]),
+            (&["list"], CORE, &["pods"], &[]),
+            (&["list"], &["metrics.k8s.io"], &["pods"], &[]),
+            (&["get", "list"], &["custom.metrics.k8s.io"], &["*"], &[]),
+            (&["get", "list"], &["external.metrics.k8s.io"], &["*"], &[]),
+            EVENTS,
+        ],
+    ),
+    (
         "disruption-controller",
         &[
             (READ, APPS, &["deployments", "replicasets"], &[]),
@@ -387,6 +410,13 @@ const ACCESS_REVIEWS: Rule = (
 
 /// `(name, rules)` of the component ClusterRoles besides the controllers'.
 const COMPONENTS: &[(&str, &[Rule])] = &[
+    (
+        METRICS_SERVER_USER,
+        &[
+            (&["get"], CORE, &["nodes/metrics"], &[]),
+            (READ, CORE, &["pods", "nodes"], &[]),
+        ],
+    ),
     (
         STATE_METRICS_USER,
         &[
@@ -528,6 +558,11 @@ const COMPONENTS: &[(&str, &[Rule])] = &[
 /// besides the controllers'.
 const COMPONENT_BINDINGS: &[(&str, &str, &str)] = &[
     (
+        METRICS_SERVER_USER,
+        METRICS_SERVER_USER,
+        METRICS_SERVER_USER,
+    ),
+    (
         CONTROLLER_MANAGER_USER,
         CONTROLLER_MANAGER_USER,
         CONTROLLER_MANAGER_USER,
@@ -602,6 +637,18 @@ pub(crate) async fn ensure(server: &ApiServer) -> ApiResult<()> {
         let binding = cluster_role_binding(name, role, vec![subject]);
         crate::rest::ensure_object(server, CLUSTER_ROLE_BINDINGS, binding).await?;
     }
+    // metrics-server's `system:aggregated-metrics-reader`: reading the
+    // Metrics API is part of view, edit and admin (the ClusterRole
+    // aggregation controller folds it in).
+    let mut reader = cluster_role(
+        "system:aggregated-metrics-reader",
+        rules_json(&[(READ, &["metrics.k8s.io"], &["pods", "nodes"], &[])]),
+    );
+    for to in ["admin", "edit", "view"] {
+        reader["metadata"]["labels"][format!("rbac.authorization.k8s.io/aggregate-to-{to}")] =
+            json!("true");
+    }
+    crate::rest::ensure_object(server, CLUSTER_ROLES, reader).await?;
     // Node agents (`system:node:<name>` in `system:nodes`) get kube's
     // `system:node` role by binding, as before kube's Node authorizer: a
     // node may read every ConfigMap and Secret, not only its pods' (see
@@ -647,6 +694,26 @@ pub(crate) async fn ensure(server: &ApiServer) -> ApiResult<()> {
     let user =
         json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUBE_PROXY_USER});
     let binding = cluster_role_binding("system:node-proxier", "system:node-proxier", vec![user]);
+    crate::rest::ensure_object(server, CLUSTER_ROLE_BINDINGS, binding).await?;
+    // The cluster DNS server: bootstrappolicy's `system:kube-dns` (list and
+    // watch Services and Endpoints) plus EndpointSlices, as CoreDNS's
+    // role has them.
+    let dns = cluster_role(
+        "system:kube-dns",
+        rules_json(&[
+            (&["list", "watch"], CORE, &["endpoints", "services"], &[]),
+            (
+                &["list", "watch"],
+                &["discovery.k8s.io"],
+                &["endpointslices"],
+                &[],
+            ),
+        ]),
+    );
+    crate::rest::ensure_object(server, CLUSTER_ROLES, dns).await?;
+    let user =
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUBE_DNS_USER});
+    let binding = cluster_role_binding("system:kube-dns", "system:kube-dns", vec![user]);
     crate::rest::ensure_object(server, CLUSTER_ROLE_BINDINGS, binding).await?;
     let binding = cluster_role_binding(
         KUBELET_CLIENT_USER,

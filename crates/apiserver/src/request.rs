@@ -145,6 +145,10 @@ fn resource_route(
         [r, name] => mk(r, None, Some(name), None),
         ["namespaces", ns, r] if is_namespaced(group, version, r) => mk(r, Some(ns), None, None),
         [r, name, sub] => mk(r, None, Some(name), Some(sub)),
+        // The node proxy carries a path of its own after the subresource.
+        ["nodes", name, "proxy", ..] if group.is_empty() => {
+            mk("nodes", None, Some(name), Some("proxy"))
+        }
         ["namespaces", ns, r, name] => mk(r, Some(ns), Some(name), None),
         ["namespaces", ns, r, name, sub] => mk(r, Some(ns), Some(name), Some(sub)),
         _ => Route::Unknown,
@@ -237,5 +241,20 @@ mod tests {
             panic!()
         };
         assert_eq!((p.plural.as_str(), p.name), ("namespaces", None));
+        let Route::Resource(p) = route("/api/v1/nodes/n1/proxy/stats/summary", ns) else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                p.plural.as_str(),
+                p.name.as_deref(),
+                p.subresource.as_deref()
+            ),
+            ("nodes", Some("n1"), Some("proxy"))
+        );
+        assert!(matches!(
+            route("/apis/apps/v1/nodes/n1/proxy/x", ns),
+            Route::Unknown
+        ));
     }
 }

@@ -64,6 +64,10 @@ pub async fn serve(
         _ if crate::componentstatus::serves(&ctx.def) => {
             crate::componentstatus::serve(&mut ctx, &method, p.subresource.as_deref())
         }
+        // Served read-only and computed: the Metrics API.
+        _ if crate::resource_metrics::serves(&ctx.def) => {
+            crate::resource_metrics::serve(&mut ctx, &method, p.subresource.as_deref())
+        }
         // Create-only and computed: the access and identity reviews.
         _ if crate::reviews::serves(&ctx.def) => {
             crate::reviews::serve(&mut ctx, &method, p.subresource.as_deref(), &body, &user).await
@@ -704,6 +708,9 @@ pub(crate) async fn create_object(
     // The field manager records the request before admission, as kube's.
     let before_admission = crate::fieldset::before_admission(ctx, &obj);
     if ctx.def.strategy == Strategy::Pod {
+        if ctx.server.service_account_tokens() {
+            crate::serviceaccount::admit_pod(ctx, &mut obj);
+        }
         crate::priority::admit_pod(ctx, &name, &mut obj)?;
     }
     // --- admission (crate::admission): mutating webhooks ---

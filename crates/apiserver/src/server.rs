@@ -33,6 +33,9 @@ pub(crate) struct Inner {
     pub openapi: crate::discovery::OpenApiCache,
     /// Address advertised in `/api` (serverAddressByClientCIDRs).
     pub advertise: std::sync::RwLock<String>,
+    /// Whether the advertised address was given ([`ApiServer::advertise_at`]),
+    /// so listeners do not replace it with theirs.
+    advertise_pinned: std::sync::atomic::AtomicBool,
     /// Whether a garbage collector runs (Foreground/Orphan deletion then
     /// waits for it through finalizers).
     pub gc: std::sync::atomic::AtomicBool,
@@ -42,6 +45,8 @@ pub(crate) struct Inner {
     /// Whether something finishes graceful pod deletion (a kubelet or a
     /// node simulator): bound pods are then deleted gracefully.
     pub graceful_pods: std::sync::atomic::AtomicBool,
+    /// Whether the ServiceAccount admission mounts API credentials in pods.
+    service_account_tokens: std::sync::atomic::AtomicBool,
     /// The admission chain (webhook configurations, clients, service map).
     pub admission: crate::admission::Admission,
     /// The `default/kubernetes` Service and APIService loop, and what
@@ -53,6 +58,9 @@ pub(crate) struct Inner {
     pub metrics: crate::metrics::ApiMetrics,
     /// How `pods/log` reaches kubelets (none: such requests fail).
     pub kubelet: std::sync::RwLock<Option<crate::nodeproxy::KubeletClient>>,
+    /// What serves `metrics.k8s.io` (none: the group is not served).
+    pub metrics_provider:
+        std::sync::RwLock<Option<std::sync::Arc<dyn crate::resource_metrics::MetricsProvider>>>,
 }
 
 impl ApiServer {
@@ -68,14 +76,17 @@ impl ApiServer {
                 registry: Registry::with_builtins(),
                 openapi: Default::default(),
                 advertise: std::sync::RwLock::new("127.0.0.1:6443".into()),
+                advertise_pinned: std::sync::atomic::AtomicBool::new(false),
                 gc: std::sync::atomic::AtomicBool::new(false),
                 namespace_controller: std::sync::atomic::AtomicBool::new(false),
                 graceful_pods: std::sync::atomic::AtomicBool::new(false),
+                service_account_tokens: std::sync::atomic::AtomicBool::new(false),
                 admission: Default::default(),
                 bootstrap: Default::default(),
                 access: Default::default(),
                 metrics: Default::default(),
                 kubelet: Default::default(),
+                metrics_provider: Default::default(),
             }),
         };
         let issuer =
@@ -153,6 +164,25 @@ impl ApiServer {
         self.inner
             .graceful_pods
             .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Mount API credentials in pods (the ServiceAccount admission's
+    /// `kube-api-access-*` volume), for a cluster whose pods can use them:
+    /// its root CA published as `kube-root-ca.crt` and a kubelet that
+    /// requests tokens. Off by default, as envtest's kube-apiserver runs
+    /// with the ServiceAccount admission plugin disabled; `kubeforge up`
+    /// turns it on.
+    pub fn set_service_account_tokens(&self, on: bool) {
+        self.inner
+            .service_account_tokens
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether pods get API credentials mounted.
+    pub fn service_account_tokens(&self) -> bool {
+        self.inner
+            .service_account_tokens
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether graceful pod deletion was declared.
@@ -432,6 +462,10 @@ impl ApiServer {
                 crate::discovery::openapi_v3(self, &group, &version)
             }
             Route::Unknown => Err(ApiError::no_route()),
+            Route::Resource(p) if crate::nodeproxy::is_node_proxy(&p) => {
+                drop(body);
+                crate::nodeproxy::node_proxy(self, &p, &parts).await
+            }
             Route::Resource(p) if crate::nodeproxy::is_stream(p.subresource.as_deref()) => {
                 // Upgraded, not read: the stream goes to the node.
                 drop(body);
@@ -574,8 +608,29 @@ impl ApiServer {
         }
     }
 
+    /// Advertise `addr` (kube-apiserver's `--advertise-address` and port):
+    /// the address the `kubernetes` Service's endpoints and `/api` name,
+    /// kept whatever listeners start later — for a listener that pods
+    /// reach while the others serve loopback.
+    pub fn advertise_at(&self, addr: SocketAddr) {
+        self.write_advertise(addr, true);
+    }
+
+    /// A listener's address, advertised unless one was given.
     fn set_advertise(&self, addr: SocketAddr) {
+        self.write_advertise(addr, false);
+    }
+
+    /// The pin is read and set under the address's lock, so a listener
+    /// starting meanwhile cannot replace a given address.
+    fn write_advertise(&self, addr: SocketAddr, pin: bool) {
+        use std::sync::atomic::Ordering::SeqCst;
         if let Ok(mut a) = self.inner.advertise.write() {
+            if pin {
+                self.inner.advertise_pinned.store(true, SeqCst);
+            } else if self.inner.advertise_pinned.load(SeqCst) {
+                return;
+            }
             *a = addr.to_string();
         }
         crate::bootstrap::advertise_changed(self);

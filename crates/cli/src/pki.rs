@@ -152,6 +152,10 @@ pub fn load_or_create(data_dir: &Path, addr: SocketAddr) -> Result<Pki> {
         "kubernetes.default.svc.cluster.local".to_string(),
         "127.0.0.1".to_string(),
         "::1".to_string(),
+        // Pods reach the server through the `kubernetes` Service's
+        // ClusterIP, which in-cluster clients verify (kube-apiserver puts
+        // the first service address in its certificate too).
+        kubeforge_apiserver::KUBERNETES_SERVICE_IP.to_string(),
     ];
     // Listening on 0.0.0.0 names no address: the loopback names are in,
     // and clients elsewhere should be given --listen with the address they

@@ -56,13 +56,15 @@ pub mod accounts {
     pub const NODE: &str = "node-controller";
     /// PodDisruptionBudgets.
     pub const DISRUPTION: &str = "disruption-controller";
+    /// HorizontalPodAutoscalers.
+    pub const HORIZONTAL_POD_AUTOSCALER: &str = "horizontal-pod-autoscaler";
     /// Each namespace's `default` ServiceAccount.
     pub const SERVICE_ACCOUNT: &str = "service-account-controller";
     /// Each namespace's `kube-root-ca.crt` ConfigMap.
     pub const ROOT_CA_PUBLISHER: &str = "root-ca-cert-publisher";
 
     /// Every account above.
-    pub const ALL: [&str; 18] = [
+    pub const ALL: [&str; 19] = [
         GARBAGE_COLLECTOR,
         NAMESPACE,
         CLUSTERROLE_AGGREGATION,
@@ -79,6 +81,7 @@ pub mod accounts {
         ENDPOINT,
         NODE,
         DISRUPTION,
+        HORIZONTAL_POD_AUTOSCALER,
         SERVICE_ACCOUNT,
         ROOT_CA_PUBLISHER,
     ];

@@ -241,6 +241,19 @@ impl GarbageCollector {
         let _ = rx.wait_for(|s| *s).await;
     }
 
+    /// Whether the graph holds an object with this uid that its watches
+    /// have observed (kube's `GraphHasUID`): a caller that deletes an owner
+    /// with the `orphan` policy right after creating dependents waits for
+    /// this, because a dependent the collector never saw cannot be orphaned
+    /// and is later collected for its missing owner, as in kube.
+    pub fn graph_has_uid(&self, uid: &str) -> bool {
+        self.shared
+            .graph()
+            .nodes
+            .get(uid)
+            .is_some_and(|n| n.observed)
+    }
+
     /// Current counters.
     pub fn stats(&self) -> GcStats {
         let s = &self.shared;

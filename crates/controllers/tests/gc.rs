@@ -178,6 +178,20 @@ async fn orphan_removes_owner_references() {
     pod(c, "default", "shared", vec![r.clone(), r2]).await;
     let cms: Api<ConfigMap> = Api::default_namespaced(c.clone());
     let pods: Api<Pod> = Api::default_namespaced(c.clone());
+    // As kube's own orphaning test does: a dependent the collector has not
+    // yet observed cannot be orphaned, and once the owner is gone it is
+    // collected for the missing owner.
+    let uids: Vec<String> = (pods.list(&Default::default()).await.expect("list").items)
+        .into_iter()
+        .filter_map(|p| p.metadata.uid)
+        .collect();
+    assert_eq!(uids.len(), 4);
+    eventually("the collector has observed every dependent", WAIT, || {
+        let uids = uids.clone();
+        let gc = env.controllers.gc();
+        async move { uids.iter().all(|u| gc.graph_has_uid(u)) }
+    })
+    .await;
     cms.delete("owner", &DeleteParams::orphan())
         .await
         .expect("delete owner");
@@ -616,7 +630,12 @@ async fn cross_namespace_reference_is_collected(
     }
     let kept = cms_a.get("kept").await.expect("the dependent in a stays");
     assert_eq!(owners_of(&kept), ["owner"]);
-    assert!(controllers.gc().stats().deleted >= 1);
+    // The collector counts a deletion once its DELETE returned, which can
+    // be after the test already saw the object gone.
+    eventually("the collector counts the deletion", WAIT, || async {
+        controllers.gc().stats().deleted >= 1
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -235,6 +235,48 @@ impl ImageBuilder {
         self.host_file(program)
     }
 
+    /// Copy the host directory tree `dir` to the same paths: regular files
+    /// and symlinks as they are (compiled-bytecode caches left out), and
+    /// for every shared object in it (`*.so*`) the libraries it loads.
+    pub fn host_tree(&mut self, dir: &Path) -> Result<&mut Self, NodeError> {
+        let read = |p: &Path| {
+            NodeError::io(
+                format!("reading {}", p.display()),
+                std::io::Error::other("unreadable"),
+            )
+        };
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let entries = std::fs::read_dir(&d)
+                .map_err(|e| NodeError::io(format!("reading {}", d.display()), e))?;
+            for entry in entries {
+                let entry =
+                    entry.map_err(|e| NodeError::io(format!("reading {}", d.display()), e))?;
+                let path = entry.path();
+                let kind = entry.file_type().map_err(|_| read(&path))?;
+                if kind.is_symlink() {
+                    let target = std::fs::read_link(&path).map_err(|_| read(&path))?;
+                    self.symlink(&path.to_string_lossy(), &target.to_string_lossy());
+                } else if kind.is_dir() {
+                    if entry.file_name() != "__pycache__" {
+                        stack.push(path);
+                    }
+                } else if kind.is_file() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    if name.contains(".so") {
+                        for lib in library_closure(&path)? {
+                            if !self.entries.contains_key(lib.to_string_lossy().as_ref()) {
+                                self.host_file(&lib)?;
+                            }
+                        }
+                    }
+                    self.host_file(&path)?;
+                }
+            }
+        }
+        Ok(self)
+    }
+
     /// Busybox (static) at /bin/busybox with a symlink per applet in /bin.
     pub fn busybox(&mut self) -> Result<&mut Self, NodeError> {
         let busybox = crate::host::find_program("busybox", "busybox-static")?;
@@ -400,7 +442,18 @@ pub const PRESETS: &[(&str, &str)] = &[
         "/usr/bin/memcached as user memcache (11211), busybox's shell",
     ),
     ("redis", "/usr/bin/redis-server, busybox's shell"),
+    (
+        "python",
+        "Debian's /usr/bin/python3 with its standard library and /usr/lib/python3/dist-packages (Debian's python3-* packages, e.g. python3-kubernetes), busybox's shell",
+    ),
 ];
+
+/// Debian's Python: the interpreter, its standard library and the
+/// packages Debian installed for it.
+const PYTHON: &str = "/usr/bin/python3";
+/// Where Debian puts packages for every Python 3 (the standard library is
+/// `/usr/lib/<interpreter's name>`).
+const PYTHON_PACKAGES: &str = "/usr/lib/python3/dist-packages";
 
 /// The image `preset` (one of [`PRESETS`]) or an error naming them.
 pub fn preset(name: &str) -> Result<ImageBuilder, NodeError> {
@@ -433,6 +486,17 @@ pub fn preset(name: &str) -> Result<ImageBuilder, NodeError> {
             b.config("Cmd", json!(["redis-server"]))
                 .config("WorkingDir", json!("/data"))
                 .config("ExposedPorts", json!({"6379/tcp": {}}));
+        }
+        "python" => {
+            let program = std::fs::canonicalize(PYTHON).map_err(|e| {
+                NodeError::io(format!("{PYTHON} (install Debian's python3 package)"), e)
+            })?;
+            b.busybox()?.binary(&program)?;
+            b.symlink(PYTHON, &program.to_string_lossy());
+            let stdlib = Path::new("/usr/lib").join(program.file_name().unwrap_or_default());
+            b.host_tree(&stdlib)?;
+            b.host_tree(Path::new(PYTHON_PACKAGES))?;
+            b.config("Cmd", json!(["python3"]));
         }
         other => {
             return Err(NodeError::Build {

@@ -306,6 +306,37 @@ async fn probe_once(
     Err("the probe has no handler".into())
 }
 
+/// Run a container's lifecycle hook (`postStart`, `preStop`) as the
+/// kubelet's handler runner does: `exec` in the container (CRI
+/// ExecSync), `httpGet` and `tcpSocket` against the pod (its IP unless
+/// the hook names a host), or `sleep`; `timeout` bounds all of them.
+/// `Err` carries the failure in the kubelet's words.
+pub async fn run_hook(
+    cri: &Cri,
+    id: &str,
+    c: &Container,
+    hook: &k8s_openapi::api::core::v1::LifecycleHandler,
+    pod_ip: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    if let Some(s) = &hook.sleep {
+        tokio::time::sleep(Duration::from_secs(u64::try_from(s.seconds).unwrap_or(0)).min(timeout))
+            .await;
+        return Ok(());
+    }
+    let probe = Probe {
+        exec: hook.exec.clone(),
+        http_get: hook.http_get.clone(),
+        tcp_socket: hook.tcp_socket.clone(),
+        timeout_seconds: Some(i32::try_from(timeout.as_secs()).unwrap_or(i32::MAX).max(1)),
+        ..Probe::default()
+    };
+    match tokio::time::timeout(timeout, probe_once(cri, id, c, &probe, pod_ip)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("hook did not finish within {}s", timeout.as_secs())),
+    }
+}
+
 fn io_words(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::ConnectionRefused => "connection refused".into(),

@@ -223,6 +223,14 @@ async fn handle(
                 json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items});
             full(StatusCode::OK, "application/json", list.to_string())
         }
+        (&Method::GET, ["stats", "summary"]) => match crate::stats::collect(shared).await {
+            Ok(s) => full(StatusCode::OK, "application/json", s.to_string()),
+            Err(e) => status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                &format!("failed to get stats: {e}"),
+            ),
+        },
         (&Method::GET, ["containerLogs", ns, pod, container]) => {
             let query: Vec<(String, String)> =
                 form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes())
@@ -408,9 +416,26 @@ async fn stream(
                 format!("pod {pod_name:?} has no running sandbox"),
             );
         };
+        // A WebSocket port-forward names its ports in the query (SPDY
+        // streams carry theirs in stream headers); the runtime's WebSocket
+        // server takes them from the CRI request.
+        let mut ports = Vec::new();
+        for (_, v) in pairs.iter().filter(|(k, _)| k == "ports") {
+            for p in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                match p.parse::<u16>() {
+                    Ok(port) if port > 0 => ports.push(i32::from(port)),
+                    _ => {
+                        return text(
+                            StatusCode::BAD_REQUEST,
+                            format!("invalid port {p:?}: ports must be numbers from 1 to 65535"),
+                        );
+                    }
+                }
+            }
+        }
         rt.port_forward(api::PortForwardRequest {
             pod_sandbox_id: sb.id.clone(),
-            port: Vec::new(),
+            port: ports,
         })
         .await
         .map(|r| r.into_inner().url)

@@ -3,7 +3,8 @@
 //! [StatefulSet](statefulset), [DaemonSet](daemonset), [Job](job),
 //! [CronJob](cronjob), [EndpointSlices and Endpoints](endpoints),
 //! [node lifecycle](nodelifecycle), ReplicationControllers (run by the
-//! ReplicaSet code) and [PodDisruptionBudgets](disruption).
+//! ReplicaSet code), [PodDisruptionBudgets](disruption) and
+//! [HorizontalPodAutoscalers](hpa).
 //!
 //! Entry points (what `kubeforge up` and the test environment call):
 //!
@@ -51,6 +52,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
+pub mod hpa;
 pub mod job;
 pub mod nodelifecycle;
 pub(crate) mod pod_index;
@@ -61,7 +63,7 @@ pub(crate) mod util;
 pub use clock::{Clock, ManualClock, SystemClock};
 
 /// The names of the workload controllers, as `kubeforge up` prints them.
-pub const NAMES: &str = "replicaset, replicationcontroller, deployment, statefulset, daemonset, job, cronjob, endpointslice, endpoints, node-lifecycle, disruption";
+pub const NAMES: &str = "replicaset, replicationcontroller, deployment, statefulset, daemonset, job, cronjob, endpointslice, endpoints, node-lifecycle, disruption, horizontalpodautoscaling";
 
 /// One workload controller, to enable or disable it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,11 +88,13 @@ pub enum WorkloadController {
     ReplicationController,
     /// Pods → PodDisruptionBudget status.
     Disruption,
+    /// Metrics → HorizontalPodAutoscaler scale.
+    HorizontalPodAutoscaler,
 }
 
 impl WorkloadController {
     /// Every controller.
-    pub const ALL: [WorkloadController; 10] = [
+    pub const ALL: [WorkloadController; 11] = [
         WorkloadController::ReplicaSet,
         WorkloadController::Deployment,
         WorkloadController::StatefulSet,
@@ -101,6 +105,7 @@ impl WorkloadController {
         WorkloadController::NodeLifecycle,
         WorkloadController::ReplicationController,
         WorkloadController::Disruption,
+        WorkloadController::HorizontalPodAutoscaler,
     ];
 }
 
@@ -134,6 +139,8 @@ pub struct WorkloadOptions {
     /// pods, so the pod events of a large one are merged into a bounded
     /// number of syncs per second (see `util::Pacer`); 0 syncs on every event.
     pub replicaset_sync_interval: Duration,
+    /// The HorizontalPodAutoscaler controller's settings.
+    pub hpa: hpa::HpaOptions,
 }
 
 impl Default for WorkloadOptions {
@@ -147,6 +154,7 @@ impl Default for WorkloadOptions {
             burst_replicas: 500,
             job_backoff_base: Duration::from_secs(10),
             replicaset_sync_interval: Duration::from_millis(100),
+            hpa: hpa::HpaOptions::default(),
         }
     }
 }
@@ -161,6 +169,7 @@ impl std::fmt::Debug for WorkloadOptions {
             .field("burst_replicas", &self.burst_replicas)
             .field("job_backoff_base", &self.job_backoff_base)
             .field("replicaset_sync_interval", &self.replicaset_sync_interval)
+            .field("hpa", &self.hpa)
             .finish_non_exhaustive()
     }
 }
@@ -197,6 +206,8 @@ pub(crate) struct Ctx {
     pub job_status: util::LastWrites<String>,
     pub pacer: util::Pacer,
     pub pod_index: pod_index::PodIndex,
+    /// The HPA controller's memory between syncs.
+    pub hpa: hpa::State,
 }
 
 impl Ctx {
@@ -272,6 +283,7 @@ pub async fn start(
         accounts::ENDPOINT,
         accounts::NODE,
         accounts::DISRUPTION,
+        accounts::HORIZONTAL_POD_AUTOSCALER,
     ]
     .into_iter()
     .map(|a| (a, clients.for_account(a)))
@@ -308,6 +320,7 @@ pub async fn start(
         job_status: util::LastWrites::default(),
         pacer: util::Pacer::default(),
         pod_index: pod_index::PodIndex::default(),
+        hpa: hpa::State::default(),
         opts,
     });
     let on = |c: WorkloadController| ctx.opts.enabled.contains(&c);
@@ -340,6 +353,9 @@ pub async fn start(
     }
     if on(WorkloadController::Disruption) {
         disruption::register(&mgr, ctx.clone());
+    }
+    if on(WorkloadController::HorizontalPodAutoscaler) {
+        hpa::register(&mgr, ctx.clone());
     }
     let shutdown = mgr.shutdown_handle();
     let task = tokio::spawn(mgr.run());
