@@ -10,7 +10,7 @@
 //! kubeforge up --node-config nodes.yaml --operators memcached,crontab
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -105,6 +105,11 @@ pub struct ClusterArgs {
     /// docker-registry.
     #[arg(long, default_value_t = 0)]
     container_nodes: usize,
+    /// The CNI plugin attaching container nodes' pods: `kubeforge`
+    /// (kubeforge-cni, this program by that name) or `reference`
+    /// (Debian's bridge and host-local).
+    #[arg(long, default_value = "kubeforge", value_parser = ["kubeforge", "reference"])]
+    cni: String,
     /// Declare the simulated nodes in a YAML file instead (capacity,
     /// extended resources, labels, taints, podCIDR); see docs/guide/nodes.md.
     #[arg(long, value_name = "FILE")]
@@ -147,6 +152,19 @@ pub struct ClusterArgs {
     /// HTTP, so a loopback address.
     #[arg(long, value_name = "ADDR")]
     state_metrics: Option<std::net::SocketAddr>,
+    /// Serve no Metrics API (metrics.k8s.io: `kubectl top`, HPAs).
+    #[arg(long)]
+    no_metrics_api: bool,
+    /// The Metrics API's window (metrics-server's --metric-resolution).
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    metric_resolution: Duration,
+    /// How often each HorizontalPodAutoscaler is synced.
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    horizontal_pod_autoscaler_sync_period: Duration,
+    /// How long an HPA without its own `behavior.scaleDown` window waits
+    /// on lower recommendations before scaling down.
+    #[arg(long, default_value = "5m", value_parser = duration)]
+    horizontal_pod_autoscaler_downscale_stabilization: Duration,
 }
 
 impl ClusterArgs {
@@ -190,6 +208,8 @@ pub struct Cluster {
     simulator: Option<RunningSimulator>,
     containers: Option<crate::containers::ContainerNodes>,
     operators: Option<Operators>,
+    /// What stops the Metrics API's provider.
+    metrics_api: Option<tokio_util::sync::CancellationToken>,
     /// Where the state metrics are served, and what stops them.
     state_metrics: Option<(std::net::SocketAddr, tokio_util::sync::CancellationToken)>,
     delays: Delays,
@@ -197,7 +217,14 @@ pub struct Cluster {
 
 /// Start the workload controllers, the scheduler, the simulated nodes and
 /// the operators against `server` (whose built-in controllers already run).
-pub async fn start(server: &ApiServer, args: ClusterArgs, data_dir: &Path) -> Result<Cluster> {
+/// `tls` is the API server's serving configuration, for the listener pods
+/// reach on container nodes (none with `--insecure-http`).
+pub async fn start(
+    server: &ApiServer,
+    args: ClusterArgs,
+    lock: &kubeforge_node::footprint::DirLock,
+    tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+) -> Result<Cluster> {
     for op in &args.operators {
         if !OPERATORS.contains(&op.as_str()) {
             bail!(
@@ -239,6 +266,12 @@ pub async fn start(server: &ApiServer, args: ClusterArgs, data_dir: &Path) -> Re
                 WorkloadOptions {
                     node_monitor_grace_period: args.node_monitor_grace_period,
                     replicaset_sync_interval: args.replicaset_sync_interval,
+                    hpa: kubeforge_controllers::workloads::hpa::HpaOptions {
+                        sync_period: args.horizontal_pod_autoscaler_sync_period,
+                        downscale_stabilization: args
+                            .horizontal_pod_autoscaler_downscale_stabilization,
+                        ..Default::default()
+                    },
                     node_monitor_period: args
                         .node_monitor_grace_period
                         .min(Duration::from_secs(5))
@@ -304,9 +337,21 @@ pub async fn start(server: &ApiServer, args: ClusterArgs, data_dir: &Path) -> Re
         })
     };
     let containers = if args.container_nodes > 0 {
-        Some(crate::containers::start(server, data_dir, args.container_nodes).await?)
+        let cni = if args.cni == "reference" {
+            kubeforge_node::network::CniPlugin::Reference
+        } else {
+            kubeforge_node::network::CniPlugin::Kubeforge(
+                std::env::current_exe().context("finding this program to run as kubeforge-cni")?,
+            )
+        };
+        Some(crate::containers::start(server, lock, args.container_nodes, tls, &cni).await?)
     } else {
         None
+    };
+    let metrics_api = if args.no_metrics_api {
+        None
+    } else {
+        Some(start_metrics_api(server, args.metric_resolution))
     };
     let state_metrics = match args.state_metrics {
         Some(addr) => {
@@ -321,9 +366,48 @@ pub async fn start(server: &ApiServer, args: ClusterArgs, data_dir: &Path) -> Re
         simulator,
         containers,
         operators,
+        metrics_api,
         state_metrics,
         delays,
     })
+}
+
+/// The Metrics API's provider (kubeforge-observability, watching pods and
+/// nodes as metrics-server's identity) served by the API server in-process.
+fn start_metrics_api(server: &ApiServer, window: Duration) -> tokio_util::sync::CancellationToken {
+    use kubeforge_observability::resource_metrics::{ResourceMetrics, UsageOptions};
+    let stop = tokio_util::sync::CancellationToken::new();
+    let metrics = ResourceMetrics::new(UsageOptions {
+        window,
+        ..UsageOptions::default()
+    })
+    .start(
+        server.component_client(rbac_components::METRICS_SERVER_USER),
+        stop.clone(),
+    );
+    server.set_metrics_provider(std::sync::Arc::new(MetricsApi(metrics)));
+    stop
+}
+
+/// The provider as the API server's hook (objects as JSON).
+struct MetricsApi(kubeforge_observability::resource_metrics::ResourceMetrics);
+
+impl kubeforge_apiserver::MetricsProvider for MetricsApi {
+    fn nodes(&self) -> Vec<serde_json::Value> {
+        let items = self.0.node_metrics();
+        items
+            .iter()
+            .filter_map(|m| serde_json::to_value(m).ok())
+            .collect()
+    }
+
+    fn pods(&self, namespace: Option<&str>) -> Vec<serde_json::Value> {
+        let items = self.0.pod_metrics(namespace);
+        items
+            .iter()
+            .filter_map(|m| serde_json::to_value(m).ok())
+            .collect()
+    }
 }
 
 impl Cluster {
@@ -355,6 +439,9 @@ impl Cluster {
         if let Some(Operators { names, .. }) = &self.operators {
             out.push(format!("  operators:  {}", names.join(", ")));
         }
+        if self.metrics_api.is_some() {
+            out.push("  metrics:    metrics.k8s.io (kubectl top, HPAs)".to_string());
+        }
         if let Some((addr, _)) = &self.state_metrics {
             out.push(format!(
                 "  state:      http://{addr}/metrics (kube-state-metrics' series)"
@@ -383,6 +470,9 @@ impl Cluster {
 
     /// Stop everything, operators first, nodes last but one.
     pub async fn stop(self) {
+        if let Some(stop) = self.metrics_api {
+            stop.cancel();
+        }
         if let Some((_, stop)) = self.state_metrics {
             stop.cancel();
         }

@@ -44,9 +44,12 @@ struct BuildArgs {
     /// The image's entrypoint (repeat for its arguments).
     #[arg(long = "entrypoint", value_name = "ARG")]
     entrypoint: Vec<String>,
-    /// The data directory whose registry storage to push to.
+    /// The data directory of the cluster whose registry to push to.
     #[arg(long, default_value = ".kubeforge")]
     data_dir: PathBuf,
+    /// The cluster `up --name NAME` started.
+    #[arg(long = "name", id = "cluster", value_name = "NAME", conflicts_with = "data_dir", value_parser = crate::clusterdir::named)]
+    cluster: Option<PathBuf>,
 }
 
 fn usage_error(message: String) -> ! {
@@ -58,7 +61,10 @@ fn usage_error(message: String) -> ! {
 }
 
 pub async fn run(args: ImageArgs) -> Result<()> {
-    let ImageCommand::Build(args) = args.command;
+    let ImageCommand::Build(mut args) = args.command;
+    if let Some(dir) = args.cluster.take() {
+        args.data_dir = dir;
+    }
     let reference = ImageRef::parse(&args.name).unwrap_or_else(|e| usage_error(e.to_string()));
     let mut builder = if args.binaries.is_empty() {
         let preset = args.preset.clone().unwrap_or_else(|| {
@@ -85,13 +91,30 @@ pub async fn run(args: ImageArgs) -> Result<()> {
     if !args.entrypoint.is_empty() {
         builder.config("Entrypoint", serde_json::json!(args.entrypoint));
     }
-    let registry = LocalRegistry::start(&args.data_dir.join("registry"), 0)
-        .await
-        .context("starting the local registry (Debian package docker-registry)")?;
-    let pushed = builder
-        .push(&RegistryClient::new(registry.addr()), &reference)
-        .await;
-    registry.stop().await;
+    // The cluster's own registry while it runs; its storage otherwise,
+    // served for the push by a registry of our own.
+    let live = kubeforge_node::footprint::DirLock::holder(&args.data_dir)
+        .and_then(|_| kubeforge_node::footprint::Record::read(&args.data_dir))
+        .and_then(|r| r.registry);
+    let (addr, ours) = match live {
+        Some(addr) => (addr, None),
+        None => {
+            if !args.data_dir.join("registry").is_dir() {
+                usage_error(format!(
+                    "no cluster in {}: it has no image registry. Pass the --data-dir of a cluster that ran `kubeforge up --container-nodes N`, or start one there first",
+                    args.data_dir.display()
+                ));
+            }
+            let registry = LocalRegistry::start(&args.data_dir.join("registry"), 0)
+                .await
+                .context("starting the local registry (Debian package docker-registry)")?;
+            (registry.addr().to_string(), Some(registry))
+        }
+    };
+    let pushed = builder.push(&RegistryClient::new(&addr), &reference).await;
+    if let Some(registry) = ours {
+        registry.stop().await;
+    }
     let digest = pushed.with_context(|| format!("pushing {}", reference.full()))?;
     println!("{} {digest}", reference.full());
     Ok(())

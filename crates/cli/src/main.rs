@@ -8,7 +8,9 @@
 
 mod authz;
 mod authz_webhook;
+mod clean;
 mod cluster;
+mod clusterdir;
 mod containers;
 mod image;
 mod kubeclient;
@@ -75,6 +77,10 @@ enum Command {
     /// Run a node agent (the kubelet's role) for a container runtime's CRI
     /// socket against a cluster.
     Node(node::NodeArgs),
+    /// Remove what a dead `kubeforge up --container-nodes` left on this
+    /// machine (processes, shims and containers, mounts, cgroups, bridges,
+    /// nftables tables); a live cluster is never touched.
+    Clean(clean::CleanArgs),
     /// Scaffold an operator project on kubeforge-runtime in an empty
     /// folder (Cargo project, Manager, config/ kustomize, Dockerfile,
     /// Makefile).
@@ -98,12 +104,19 @@ struct UpArgs {
 
 #[derive(Args, Clone)]
 struct ServeArgs {
-    /// Address to listen on (loopback by default; port 0 picks a free one).
-    #[arg(long, default_value = "127.0.0.1:6443")]
-    listen: SocketAddr,
+    /// Address to listen on (port 0 picks a free one). Without it,
+    /// 127.0.0.1:6443, or a free loopback port when another cluster has
+    /// that one (said in the output and the kubeconfig).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
     /// Directory for the durable store and the kubeconfig.
     #[arg(long, default_value = ".kubeforge")]
     data_dir: PathBuf,
+    /// Name the cluster instead of giving its data directory: it lives in
+    /// `~/.local/share/kubeforge/clusters/NAME` (under $XDG_DATA_HOME when
+    /// set), and `clean` and `image build` find it by the same name.
+    #[arg(long, conflicts_with = "data_dir", value_parser = clusterdir::named)]
+    name: Option<PathBuf>,
     /// Keep everything in memory (nothing survives a restart).
     #[arg(long)]
     memory: bool,
@@ -236,6 +249,19 @@ fn parse_cidr(s: &str) -> Result<kubeforge_apimachinery::net::IpNet, String> {
 }
 
 fn main() -> Result<std::process::ExitCode> {
+    // Called by its CNI name (a link container nodes' containerd runs),
+    // this program is the kubeforge-cni plugin and nothing else.
+    if std::env::args_os()
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|n| n == kubeforge_node::network::KUBEFORGE_CNI)
+        })
+        .unwrap_or(false)
+    {
+        std::process::exit(kubeforge_cni::plugin_main());
+    }
     let cli = Cli::parse();
     // Scaffolding only writes files: no logging set-up or async runtime.
     let cli = match cli.command {
@@ -266,6 +292,7 @@ fn main() -> Result<std::process::ExitCode> {
         Command::StateMetrics(args) => rt.block_on(state_metrics::run(args)),
         Command::Image(args) => rt.block_on(image::run(args)),
         Command::Node(args) => rt.block_on(node::run(args)),
+        Command::Clean(args) => return Ok(clean::run(args)),
         Command::Webhook(args) => rt.block_on(webhook::run(args)),
         Command::Authz(args) => rt.block_on(authz::run(args)),
         Command::Init(_) | Command::Create(_) | Command::Manifests(_) => {
@@ -275,15 +302,19 @@ fn main() -> Result<std::process::ExitCode> {
     .map(|()| std::process::ExitCode::SUCCESS)
 }
 
-async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result<()> {
-    if args.insecure_http && !args.listen.ip().is_loopback() {
+async fn serve(mut args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result<()> {
+    if let Some(dir) = args.name.take() {
+        args.data_dir = dir;
+    }
+    let listen = args.listen.unwrap_or(DEFAULT_LISTEN);
+    if args.insecure_http && !listen.ip().is_loopback() {
         use clap::CommandFactory;
         Cli::command()
             .error(
                 clap::error::ErrorKind::ArgumentConflict,
                 format!(
                     "refusing to serve plain HTTP without authentication on {}: anyone who reaches it would be an administrator. Drop --insecure-http (HTTPS with client certificates is the default) or listen on a loopback address",
-                    args.listen
+                    listen
                 ),
             )
             .exit();
@@ -293,12 +324,23 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     }
     let up = cluster.is_some();
     let started = Instant::now();
+    // Before anything starts: SIGTERM and SIGHUP stop us as Ctrl-C does,
+    // even while we are still starting.
+    let shutdown = stop_signals()?;
     std::fs::create_dir_all(&args.data_dir).with_context(|| {
         format!(
             "creating the data directory {}; pass --data-dir to use another",
             args.data_dir.display()
         )
     })?;
+    let lock = match kubeforge_node::footprint::DirLock::acquire(&args.data_dir) {
+        Ok(l) => l,
+        Err(e @ kubeforge_node::NodeError::InUse { .. }) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+        Err(e) => return Err(e).context("locking the data directory"),
+    };
     let store = if args.memory {
         Store::memory()
     } else {
@@ -323,9 +365,24 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
     for w in &args.webhook_services {
         server.set_service_address(&w.namespace, &w.name, w.port, w.addr);
     }
-    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| {
-        format!("listening on {}: is another kubeforge running? pass --listen 127.0.0.1:0 for a free port", args.listen)
-    })?;
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        // kind gives each cluster its own port: so does a second `up`
+        // that was not told where to listen.
+        Err(e) if args.listen.is_none() && e.kind() == std::io::ErrorKind::AddrInUse => {
+            let l = tokio::net::TcpListener::bind((listen.ip(), 0))
+                .await
+                .with_context(|| format!("listening on {}", listen.ip()))?;
+            if let Ok(a) = l.local_addr() {
+                eprintln!(
+                    "note: {listen} is taken (another cluster?); listening on {a} instead (in the kubeconfig)"
+                );
+            }
+            l
+        }
+        r => r.with_context(|| {
+            format!("listening on {listen}: is another kubeforge running? pass --listen 127.0.0.1:0 for a free port")
+        })?,
+    };
     let addr = listener
         .local_addr()
         .context("reading the listener address")?;
@@ -371,9 +428,9 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
             Some(pki.ca),
         )
     };
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+    // Pods get API credentials when the cluster CA is published for them
+    // (kube-root-ca.crt); plain HTTP has none.
+    server.set_service_account_tokens(up && root_ca.is_some());
     // The built-in controllers talk to the server in-process. They sync
     // their caches while the server already serves (as kube-controller-manager
     // does beside kube-apiserver): whatever happens meanwhile is in their
@@ -411,7 +468,7 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
         None
     };
     let cluster = match cluster {
-        Some(c) => Some(cluster::start(&server, c, &args.data_dir).await?),
+        Some(c) => Some(cluster::start(&server, c, &lock, tls.clone()).await?),
         None => None,
     };
     if args.compaction_interval > 0 {
@@ -479,8 +536,31 @@ async fn serve(args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Result
         c.stop().await;
     }
     store.close().await;
+    drop(lock);
     println!("kubeforge stopped");
     Ok(())
+}
+
+/// Where `up` and `apiserver` listen unless told.
+const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 6443);
+
+/// A future that completes on the first SIGINT, SIGTERM or SIGHUP (what a
+/// terminal, `kill`, systemd and closed terminals send). The handlers are
+/// installed now, so a signal during start-up is not lost: it stops the
+/// process once it serves, after which everything it started is stopped.
+fn stop_signals() -> Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut hup = signal(SignalKind::hangup()).context("handling SIGHUP")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+            _ = hup.recv() => {}
+        }
+    })
 }
 
 /// The rustls configuration for the serving pair (PEM).

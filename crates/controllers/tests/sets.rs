@@ -37,6 +37,21 @@ async fn live_pods(client: &kube::Client, sel: &str) -> Vec<Pod> {
     v
 }
 
+/// What the test's own pod watch has recorded (`+name` added, `-name`
+/// deleted), once it holds at least `n` entries starting with `sign`: the
+/// watch may lag behind what a list already shows.
+async fn watched(events: &Mutex<Vec<String>>, sign: char, n: usize) -> Vec<String> {
+    eventually_some(
+        &format!("the watch to record {n} `{sign}` events"),
+        T,
+        || async {
+            let v = events.lock().expect("lock").clone();
+            (v.iter().filter(|e| e.starts_with(sign)).count() >= n).then_some(v)
+        },
+    )
+    .await
+}
+
 fn names(pods: &[Pod]) -> Vec<String> {
     pods.iter()
         .filter_map(|p| p.metadata.name.clone())
@@ -85,6 +100,8 @@ async fn statefulset_creates_in_order_scales_down_in_reverse_and_rolls() {
         names(&live_pods(&env.client, "app=web").await) == ["web-0"]
     })
     .await;
+    // Asserting an absence: nothing shows that web-1 will never come, so
+    // give the controller a moment to (wrongly) create it.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         names(&live_pods(&env.client, "app=web").await),
@@ -115,7 +132,7 @@ async fn statefulset_creates_in_order_scales_down_in_reverse_and_rolls() {
     })
     .await;
     assert_eq!(
-        events.lock().expect("lock").clone(),
+        watched(&events, '+', 3).await,
         ["+web-0", "+web-1", "+web-2"]
     );
     let s = api.get("web").await.expect("get").status.expect("status");
@@ -148,12 +165,10 @@ async fn statefulset_creates_in_order_scales_down_in_reverse_and_rolls() {
         },
     )
     .await;
-    let deleted: Vec<String> = events
-        .lock()
-        .expect("lock")
-        .iter()
+    let deleted: Vec<String> = watched(&events, '-', 3)
+        .await
+        .into_iter()
         .filter(|e| e.starts_with('-'))
-        .cloned()
         .collect();
     assert_eq!(deleted, ["-web-2", "-web-1", "-web-0"]);
     let imgs: Vec<String> = live_pods(&env.client, "app=web")
@@ -176,8 +191,7 @@ async fn statefulset_creates_in_order_scales_down_in_reverse_and_rolls() {
         names(&live_pods(&env.client, "app=web").await) == ["web-0"]
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(events.lock().expect("lock").clone(), ["-web-2", "-web-1"]);
+    assert_eq!(watched(&events, '-', 2).await, ["-web-2", "-web-1"]);
     watch.abort();
     env.stop().await;
 }
@@ -403,6 +417,8 @@ async fn daemonset_replaces_a_terminating_pod_only_once_it_is_gone() {
     pods.delete(&name, &Default::default())
         .await
         .expect("delete");
+    // Asserting an absence (no replacement beside the terminating pod):
+    // nothing shows it will never come, so give the controller a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let now = all().await;
     assert_eq!(
@@ -460,6 +476,7 @@ async fn cronjob_runs_on_schedule_with_injected_clock() {
     // time in (created, now + 300 s].
     catch_up(&clock, &created.metadata);
     let jobs: Api<Job> = Api::default_namespaced(env.client.clone());
+    // Asserting an absence (no job yet): give the controller a moment.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         jobs.list(&ListParams::default())
@@ -500,6 +517,7 @@ async fn cronjob_runs_on_schedule_with_injected_clock() {
     .await;
     // Forbid: the next time passes while the job runs: no second job.
     clock.advance(Duration::from_secs(300));
+    // Asserting an absence (no second job): give the controller a moment.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         jobs.list(&ListParams::default())
@@ -554,6 +572,8 @@ async fn cronjob_runs_on_schedule_with_injected_clock() {
             == 2
     })
     .await;
+    // Asserting an absence (it runs once, no third job): give the
+    // controller a moment.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         jobs.list(&ListParams::default())

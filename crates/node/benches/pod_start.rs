@@ -90,12 +90,14 @@ async fn main() {
     let dir = PathBuf::from(format!("/tmp/kf-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let runtimes = Runtimes::start(&dir, 1, |_| "bench-0".to_string())
+    let lock = kubeforge_node::footprint::DirLock::acquire(&dir).unwrap();
+    let runtimes = Runtimes::start(&lock, 1, |_| "bench-0".to_string())
         .await
         .unwrap();
     let env = TestEnv::builder().start().await.unwrap();
     let client = env.client();
-    let cfg = AgentConfig::new("bench-0", runtimes.runtime(0).socket(), dir.join("agent"));
+    let mut cfg = AgentConfig::new("bench-0", runtimes.runtime(0).socket(), dir.join("agent"));
+    cfg.cgroup_parent = runtimes.cgroup_parent().to_string();
     let agent = kubeforge_node::start(client.clone(), cfg).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
 

@@ -27,6 +27,9 @@ use crate::events::Recorder;
 use crate::pod::{self, DnsSettings};
 use crate::status::Observed;
 
+/// The cgroup an agent puts its node under unless told otherwise.
+pub const DEFAULT_CGROUP_PARENT: &str = "/kubeforge";
+
 /// How an agent runs.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -57,6 +60,10 @@ pub struct AgentConfig {
     pub container_log_max_files: usize,
     /// How often the Lease is renewed and the Node's status written.
     pub heartbeat: Duration,
+    /// The cgroup the node's pods go under (`/kubeforge` by default; a
+    /// container-node cluster gives its own, so that two clusters on one
+    /// machine never share one); the node's root is `<parent>/<node>`.
+    pub cgroup_parent: String,
 }
 
 impl AgentConfig {
@@ -76,6 +83,7 @@ impl AgentConfig {
             container_log_max_size: 10 << 20,
             container_log_max_files: 5,
             heartbeat: Duration::from_secs(10),
+            cgroup_parent: DEFAULT_CGROUP_PARENT.to_string(),
         }
     }
 }
@@ -120,9 +128,13 @@ impl Shared {
         }
     }
 
-    /// The node's cgroup root (`/kubeforge/<node>`).
+    /// The node's cgroup root (`<cgroup parent>/<node>`).
     pub fn cgroup_root(&self) -> String {
-        format!("/kubeforge/{}", self.cfg.node_name)
+        format!(
+            "{}/{}",
+            self.cfg.cgroup_parent.trim_end_matches('/'),
+            self.cfg.node_name
+        )
     }
 
     /// Remove pod `uid`'s cgroup, whichever QoS class it was in.

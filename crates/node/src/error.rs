@@ -28,6 +28,17 @@ pub enum NodeError {
         /// Why it failed.
         source: std::io::Error,
     },
+    /// Another live kubeforge holds the data directory.
+    #[error(
+        "the data directory {} is in use by a running kubeforge (pid {pid}); stop it first, or pass another --data-dir",
+        dir.display()
+    )]
+    InUse {
+        /// The data directory.
+        dir: PathBuf,
+        /// The holder's process id, as it recorded it.
+        pid: String,
+    },
     /// A process we started exited before it was ready.
     #[error("{program} exited before it was ready ({status}); its log is {}", log.display())]
     Exited {
@@ -55,6 +66,9 @@ pub enum NodeError {
     /// The API server refused a call.
     #[error("API server: {0}")]
     Kube(#[from] kube::Error),
+    /// The cluster DNS server cannot start.
+    #[error("cluster DNS: {0}")]
+    Dns(#[from] crate::dns::DnsError),
 }
 
 impl NodeError {

@@ -111,6 +111,16 @@ pub fn unmount_all(dir: &Path) -> usize {
 /// The processes whose command line mentions `needle` (a containerd's
 /// socket path names its shims), from /proc.
 pub fn processes_mentioning(needle: &str) -> Vec<i32> {
+    processes_where(|cmdline| {
+        cmdline.split(|&b| b == 0).any(|arg| {
+            arg == needle.as_bytes() || arg.windows(needle.len()).any(|w| w == needle.as_bytes())
+        })
+    })
+}
+
+/// The processes but this one whose command line (NUL-separated, from
+/// /proc) satisfies `keep`.
+pub fn processes_where(keep: impl Fn(&[u8]) -> bool) -> Vec<i32> {
     let me = std::process::id() as i32;
     std::fs::read_dir("/proc")
         .into_iter()
@@ -118,20 +128,13 @@ pub fn processes_mentioning(needle: &str) -> Vec<i32> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                c.split(|&b| b == 0).any(|arg| {
-                    arg == needle.as_bytes()
-                        || arg.windows(needle.len()).any(|w| w == needle.as_bytes())
-                })
-            })
-        })
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| keep(&c)))
         .collect()
 }
 
 /// The cgroup hierarchies mounted under /sys/fs/cgroup (v1 controllers,
 /// the v2 `unified` one, or the v2 root itself).
-fn cgroup_roots() -> Vec<PathBuf> {
+pub(crate) fn cgroup_roots() -> Vec<PathBuf> {
     let base = Path::new("/sys/fs/cgroup");
     if base.join("cgroup.controllers").exists() {
         return vec![base.to_path_buf()];

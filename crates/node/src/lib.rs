@@ -14,14 +14,18 @@
 //! terms), [`env`](mod@env) and [`volumes`] (what containers get), [`worker`] (one
 //! pod's lifecycle), [`status`] (the pod status the kubelet writes),
 //! [`logs`] (CRI log files read with kube's options), [`agent`] (the Node,
-//! its Lease, the pod watch) and the agent's HTTPS API (`server`).
+//! its Lease, the pod watch) and the agent's HTTPS API (`server`); beside
+//! the agent, Services as kube-proxy makes them ([`proxy`]) and the
+//! cluster DNS server ([`dns`]).
 
 pub mod agent;
 pub mod containerd;
 pub mod cri;
+pub mod dns;
 pub mod env;
 pub mod error;
 pub mod events;
+pub mod footprint;
 pub mod host;
 pub mod image;
 pub mod local;
@@ -32,6 +36,7 @@ pub mod probes;
 pub mod proxy;
 pub mod registry;
 mod server;
+pub mod stats;
 pub mod status;
 pub mod volumes;
 pub mod worker;

@@ -59,61 +59,23 @@ pub struct DnsSettings {
     pub domain: String,
 }
 
-/// The sandbox's DNS config, as the kubelet's `dns.Configurer` computes it.
+/// The sandbox's DNS config, as the kubelet's `dns.Configurer` computes it
+/// ([`crate::dns::pod_dns_config`]) from the cluster DNS settings and this
+/// machine's `/etc/resolv.conf` (the node's, whose search list a
+/// `ClusterFirst` pod inherits and a `Default` pod takes whole).
 pub fn dns_config(pod: &Pod, dns: &DnsSettings) -> Option<api::DnsConfig> {
-    let spec = pod.spec.as_ref()?;
-    let (_, ns, _) = identity(pod);
-    let policy = spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
-    let host_network = spec.host_network.unwrap_or(false);
-    let mut cfg = match policy {
-        "None" => api::DnsConfig::default(),
-        "Default" => return merge_pod_dns(pod, None),
-        "ClusterFirstWithHostNet" | "ClusterFirst"
-            if !dns.servers.is_empty()
-                && (!host_network || policy == "ClusterFirstWithHostNet") =>
-        {
-            let d = &dns.domain;
-            api::DnsConfig {
-                servers: dns.servers.clone(),
-                searches: vec![format!("{ns}.svc.{d}"), format!("svc.{d}"), d.clone()],
-                options: vec!["ndots:5".into()],
-            }
-        }
-        // No cluster DNS (or host network): the node's resolv.conf, which
-        // containerd copies when no config is given.
-        _ => return merge_pod_dns(pod, None),
-    };
-    if let Some(merged) = merge_pod_dns(pod, Some(cfg.clone())) {
-        cfg = merged;
-    }
-    Some(cfg)
+    let servers: Vec<std::net::IpAddr> =
+        dns.servers.iter().filter_map(|s| s.parse().ok()).collect();
+    let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    crate::dns::pod_dns_config(pod, &servers, &dns.domain, &host)
 }
 
-fn merge_pod_dns(pod: &Pod, base: Option<api::DnsConfig>) -> Option<api::DnsConfig> {
-    let extra = pod.spec.as_ref()?.dns_config.as_ref()?;
-    let mut cfg = base.unwrap_or_default();
-    for s in extra.nameservers.iter().flatten() {
-        if !cfg.servers.contains(s) {
-            cfg.servers.push(s.clone());
-        }
-    }
-    for s in extra.searches.iter().flatten() {
-        if !cfg.searches.contains(s) {
-            cfg.searches.push(s.clone());
-        }
-    }
-    for o in extra.options.iter().flatten() {
-        let name = &o.name;
-        let rendered = match &o.value {
-            Some(v) => format!("{}:{v}", name.as_deref().unwrap_or_default()),
-            None => name.clone().unwrap_or_default(),
-        };
-        let key = name.as_deref().unwrap_or_default();
-        cfg.options
-            .retain(|x| x.split(':').next().unwrap_or_default() != key);
-        cfg.options.push(rendered);
-    }
-    Some(cfg)
+/// The pod's `terminationGracePeriodSeconds` (kube's default 30).
+pub fn termination_grace(pod: &Pod) -> i64 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30)
 }
 
 /// The pod's hostname: `spec.hostname`, else its name (truncated to 63).
@@ -176,15 +138,27 @@ pub fn oom_score_adj(pod: &Pod, c: &Container, machine_memory: i64) -> i64 {
     }
 }
 
-/// The sandbox config of attempt `attempt` of `pod`.
+/// Where a node runs its pods: its name and its cgroup root
+/// (`/kubeforge/<node>`).
+#[derive(Clone, Copy, Debug)]
+pub struct NodePlace<'a> {
+    /// The Node's name.
+    pub name: &'a str,
+    /// Its cgroup root.
+    pub cgroup: &'a str,
+}
+
+/// The sandbox config of attempt `attempt` of `pod` on `node`.
 pub fn sandbox_config(
     pod: &Pod,
     attempt: u32,
     log_root: &Path,
     dns: &DnsSettings,
-    node: &str,
+    node: NodePlace<'_>,
 ) -> api::PodSandboxConfig {
-    let cgroups = cgroup_parent(&format!("/kubeforge/{node}"), pod);
+    let node_cgroup = node.cgroup;
+    let node = node.name;
+    let cgroups = cgroup_parent(node_cgroup, pod);
     let (name, ns, uid) = identity(pod);
     let spec = pod.spec.clone().unwrap_or_default();
     let mut labels: HashMap<String, String> = pod
@@ -349,11 +323,7 @@ pub fn container_config(
         (POD_UID.to_string(), uid.to_string()),
         (CONTAINER_NAME.to_string(), c.name.clone()),
     ]);
-    let grace = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
-        .unwrap_or(30);
+    let grace = termination_grace(pod);
     let annotations = HashMap::from([
         (RESTART_COUNT.to_string(), restart_count.to_string()),
         (GRACE_PERIOD.to_string(), grace.to_string()),
@@ -504,8 +474,10 @@ mod tests {
         };
         let cfg = dns_config(&p, &dns).unwrap();
         assert_eq!(cfg.servers, ["10.96.0.10"]);
+        // The cluster's search domains first (the host's follow; the
+        // rules themselves are pinned in dns::pod_config's tests).
         assert_eq!(
-            cfg.searches,
+            cfg.searches[..3],
             [
                 "team.svc.cluster.local",
                 "svc.cluster.local",
@@ -519,10 +491,6 @@ mod tests {
         let cfg = dns_config(&p, &dns).unwrap();
         assert_eq!(cfg.searches.last().unwrap(), "x.example");
         assert_eq!(cfg.options, ["ndots:2"]);
-        // No cluster DNS: the node's resolv.conf.
-        assert!(dns_config(&p, &DnsSettings::default()).unwrap().options == ["ndots:2"]);
-        let plain = pod(json!({"containers": [{"name": "c"}]}));
-        assert!(dns_config(&plain, &DnsSettings::default()).is_none());
     }
 
     #[test]
@@ -560,7 +528,16 @@ mod tests {
         let p = pod(
             json!({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}),
         );
-        let cfg = sandbox_config(&p, 1, Path::new("/logs"), &DnsSettings::default(), "n1");
+        let cfg = sandbox_config(
+            &p,
+            1,
+            Path::new("/logs"),
+            &DnsSettings::default(),
+            NodePlace {
+                name: "n1",
+                cgroup: "/kubeforge/n1",
+            },
+        );
         let m = cfg.metadata.unwrap();
         assert_eq!(
             (

@@ -1,5 +1,5 @@
 //! Services for container nodes, as kube-proxy's nftables mode makes them:
-//! a table of its own (`ip kubeforge-proxy`) whose `services` chain looks
+//! a table of its own (`ip kubeforge-<cluster id>-proxy`) whose `services` chain looks
 //! up `daddr . l4proto . dport` in a verdict map of ClusterIPs, a chain per
 //! service port picking a ready endpoint at random (`numgen random mod N`),
 //! and a chain per endpoint doing the DNAT. The table is rebuilt whole from
@@ -27,8 +27,27 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::NodeError;
 
-/// The proxy's nftables table (family `ip`).
-pub const TABLE: &str = "kubeforge-proxy";
+/// Where a proxy's rules go: its cluster's table (family `ip`), and which
+/// interfaces its pods come from: connections from those and from this
+/// host reach the cluster's Services; another cluster's pods on the same
+/// machine never match this cluster's ClusterIPs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyTarget {
+    /// The table's name.
+    pub table: String,
+    /// The pods' interfaces, as nftables matches them (`kf<id>-*`).
+    pub pod_interfaces: String,
+}
+
+impl ProxyTarget {
+    /// The target of the cluster whose pods are on `net`.
+    pub fn of(net: &crate::network::PodNetwork) -> ProxyTarget {
+        ProxyTarget {
+            table: net.id().proxy_table(),
+            pod_interfaces: net.bridge_pattern(),
+        }
+    }
+}
 /// The Service range the API server allocates ClusterIPs from.
 pub const SERVICE_CIDR: &str = "10.96.0.0/12";
 
@@ -43,6 +62,8 @@ pub struct ServicePort {
     pub protocol: String,
     /// The Service port.
     pub port: u16,
+    /// The NodePort (NodePort and LoadBalancer Services).
+    pub node_port: Option<u16>,
     /// Ready endpoints: (address, target port).
     pub endpoints: Vec<(String, u16)>,
 }
@@ -110,11 +131,15 @@ pub fn service_ports(services: &[Service], slices: &[EndpointSlice]) -> Vec<Serv
             let Ok(port) = u16::try_from(p.port) else {
                 continue;
             };
+            let node_port = p.node_port.and_then(|n| u16::try_from(n).ok()).filter(|n| {
+                *n > 0 && matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer"))
+            });
             out.push(ServicePort {
                 id: format!("{ns}/{name}:{port_name}"),
                 ip: ip.clone(),
                 protocol,
                 port,
+                node_port,
                 endpoints,
             });
         }
@@ -125,14 +150,17 @@ pub fn service_ports(services: &[Service], slices: &[EndpointSlice]) -> Vec<Serv
 
 /// The nftables transaction that replaces the proxy's table with one for
 /// `ports`.
-pub fn ruleset(ports: &[ServicePort]) -> String {
+pub fn ruleset(target: &ProxyTarget, ports: &[ServicePort]) -> String {
+    let table = &target.table;
+    let pods = &target.pod_interfaces;
     let mut t = String::new();
     // Create (if missing), delete, then define: one atomic replacement.
     let _ = writeln!(
         t,
-        "table ip {TABLE} {{}}\ndelete table ip {TABLE}\ntable ip {TABLE} {{"
+        "table ip {table} {{}}\ndelete table ip {table}\ntable ip {table} {{"
     );
     let mut map = Vec::new();
+    let mut node_ports = Vec::new();
     let mut chains = String::new();
     let mut rejects = Vec::new();
     for (i, p) in ports.iter().enumerate() {
@@ -142,6 +170,9 @@ pub fn ruleset(ports: &[ServicePort]) -> String {
             continue;
         }
         map.push(format!("{key} : goto svc-{i}"));
+        if let Some(n) = p.node_port {
+            node_ports.push(format!("{} . {n} : goto svc-{i}", p.protocol));
+        }
         let _ = writeln!(
             chains,
             "\tchain svc-{i} {{\n\t\tcomment \"{}\"",
@@ -183,49 +214,41 @@ pub fn ruleset(ports: &[ServicePort]) -> String {
             format!("\t\telements = {{ {} }}\n", rejects.join(", "))
         }
     );
-    t.push_str(&chains);
     let _ = writeln!(
         t,
-        "\tchain services {{\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n\t}}\n\
-         \tchain nat-prerouting {{\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tjump services\n\t}}\n\
+        "\tmap service-nodeports {{\n\t\ttype inet_proto . inet_service : verdict\n{}\t}}",
+        if node_ports.is_empty() {
+            String::new()
+        } else {
+            format!("\t\telements = {{ {} }}\n", node_ports.join(", "))
+        }
+    );
+    t.push_str(&chains);
+    // NodePorts answer on the host's own addresses but loopback, as
+    // kube-proxy's nftables mode (a DNAT from 127.0.0.1 to a pod would
+    // need route_localnet); from outside the machine, the egress guard
+    // drops what would be forwarded to a pod.
+    let _ = writeln!(
+        t,
+        "\tchain services {{\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n\t\tfib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports\n\t}}\n\
+         \tchain nat-prerouting {{\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tiifname \"{pods}\" jump services\n\t}}\n\
          \tchain nat-output {{\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}}\n\
          \tchain nat-postrouting {{\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\tmeta mark & 0x4000 == 0x4000 meta mark set meta mark & 0xffffbfff masquerade\n\t}}\n\
          \tchain filter-output {{\n\t\ttype filter hook output priority filter; policy accept;\n\t\tip daddr {SERVICE_CIDR} reject\n\t}}\n\
-         \tchain filter-forward {{\n\t\ttype filter hook forward priority filter; policy accept;\n\t\tip daddr {SERVICE_CIDR} reject\n\t}}\n\
+         \tchain filter-forward {{\n\t\ttype filter hook forward priority filter; policy accept;\n\t\tiifname \"{pods}\" ip daddr {SERVICE_CIDR} reject\n\t}}\n\
          }}"
     );
     t
 }
 
+/// Load `text` into nftables in one transaction.
 fn apply(text: &str) -> Result<(), NodeError> {
-    use std::io::Write;
-    let program = crate::host::find_program("nft", "nftables")?;
-    let mut child = std::process::Command::new(program)
-        .args(["-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| NodeError::io("running nft", e))?;
-    if let Some(mut pipe) = child.stdin.take() {
-        pipe.write_all(text.as_bytes())
-            .map_err(|e| NodeError::io("writing to nft", e))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| NodeError::io("running nft", e))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(NodeError::io(
-            "nft -f (the Service rules)",
-            std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-        ))
-    }
+    crate::network::nft(&["-f", "-"], Some(text))
 }
 
 /// A running proxy.
 pub struct Proxy {
+    target: ProxyTarget,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -233,9 +256,49 @@ pub struct Proxy {
 impl Proxy {
     /// Watch Services and EndpointSlices through `client` and keep the
     /// table in step (installed empty at once).
-    pub fn start(client: kube::Client) -> Result<Proxy, NodeError> {
-        apply(&ruleset(&[]))?;
+    pub fn start(client: kube::Client, target: ProxyTarget) -> Result<Proxy, NodeError> {
+        apply(&ruleset(&target, &[]))?;
         let stop = CancellationToken::new();
+        let watch = ServiceWatch::start(client);
+        let token = stop.clone();
+        let rules_target = target.clone();
+        let task = tokio::spawn(async move {
+            let mut last = String::new();
+            while let Some((svcs, eps)) = watch.next(&token).await {
+                let text = ruleset(&rules_target, &service_ports(&svcs, &eps));
+                if text != last {
+                    match apply(&text) {
+                        Ok(()) => last = text,
+                        Err(e) => tracing::warn!(error = %e, "cannot write the Service rules"),
+                    }
+                }
+            }
+        });
+        Ok(Proxy { target, stop, task })
+    }
+
+    /// Stop and remove the table.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+        let table = &self.target.table;
+        let _ = apply(&format!("table ip {table} {{}}\ndelete table ip {table}\n"));
+    }
+}
+
+/// All Services and EndpointSlices, kept by two watches, for the parts
+/// that rebuild from the whole set on every change (this proxy and the
+/// cluster DNS server). The watches stop when it is dropped.
+pub(crate) struct ServiceWatch {
+    services: Arc<std::sync::Mutex<HashMap<String, Service>>>,
+    slices: Arc<std::sync::Mutex<HashMap<String, EndpointSlice>>>,
+    changed: Arc<Notify>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ServiceWatch {
+    /// Start watching through `client`.
+    pub(crate) fn start(client: kube::Client) -> ServiceWatch {
         let services: Arc<std::sync::Mutex<HashMap<String, Service>>> = Arc::default();
         let slices: Arc<std::sync::Mutex<HashMap<String, EndpointSlice>>> = Arc::default();
         let changed = Arc::new(Notify::new());
@@ -251,44 +314,44 @@ impl Proxy {
                 changed.clone(),
             )),
         ];
-        let token = stop.clone();
-        let task = tokio::spawn(async move {
-            let mut last = String::new();
-            loop {
-                tokio::select! {
-                    _ = changed.notified() => {}
-                    _ = token.cancelled() => break,
-                }
-                // Let a burst of events settle into one rebuild.
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                let svcs: Vec<Service> = services
-                    .lock()
-                    .map(|m| m.values().cloned().collect())
-                    .unwrap_or_default();
-                let eps: Vec<EndpointSlice> = slices
-                    .lock()
-                    .map(|m| m.values().cloned().collect())
-                    .unwrap_or_default();
-                let text = ruleset(&service_ports(&svcs, &eps));
-                if text != last {
-                    match apply(&text) {
-                        Ok(()) => last = text,
-                        Err(e) => tracing::warn!(error = %e, "cannot write the Service rules"),
-                    }
-                }
-            }
-            for t in tasks {
-                t.abort();
-            }
-        });
-        Ok(Proxy { stop, task })
+        ServiceWatch {
+            services,
+            slices,
+            changed,
+            tasks,
+        }
     }
 
-    /// Stop and remove the table.
-    pub async fn stop(self) {
-        self.stop.cancel();
-        let _ = self.task.await;
-        let _ = apply(&format!("table ip {TABLE} {{}}\ndelete table ip {TABLE}\n"));
+    /// After the next change (a burst settled into one), everything; `None`
+    /// once `stop` is cancelled.
+    pub(crate) async fn next(
+        &self,
+        stop: &CancellationToken,
+    ) -> Option<(Vec<Service>, Vec<EndpointSlice>)> {
+        tokio::select! {
+            _ = self.changed.notified() => {}
+            _ = stop.cancelled() => return None,
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let services = self
+            .services
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        let slices = self
+            .slices
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        Some((services, slices))
+    }
+}
+
+impl Drop for ServiceWatch {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
     }
 }
 
@@ -345,6 +408,13 @@ async fn follow<K>(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    fn target() -> ProxyTarget {
+        ProxyTarget {
+            table: "kubeforge-0123abcd-proxy".into(),
+            pod_interfaces: "kf0123abcd-*".into(),
+        }
+    }
     use serde_json::json;
 
     #[test]
@@ -370,7 +440,7 @@ mod tests {
             [("10.244.0.5".to_string(), 8080)],
             "the unready endpoint is left out"
         );
-        let rules = ruleset(&ports);
+        let rules = ruleset(&target(), &ports);
         assert!(
             rules.contains("10.96.0.20 . tcp . 80 : goto svc-"),
             "{rules}"
@@ -381,5 +451,43 @@ mod tests {
             "the empty service is in no-endpoint-services: {rules}"
         );
         assert!(rules.contains(&format!("ip daddr {SERVICE_CIDR} reject")));
+    }
+
+    #[test]
+    fn node_ports_lead_to_the_service_chain() {
+        let svc: Service =
+            serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "d"},
+            "spec": {"type": "NodePort", "clusterIP": "10.96.0.30",
+                "ports": [{"port": 80, "targetPort": 8080, "nodePort": 30080}]}}))
+            .unwrap();
+        let plain: Service =
+            serde_json::from_value(json!({"metadata": {"name": "in", "namespace": "d"},
+            "spec": {"clusterIP": "10.96.0.31", "ports": [{"port": 81, "nodePort": 30081}]}}))
+            .unwrap();
+        let slice = |svc: &str| -> EndpointSlice {
+            serde_json::from_value(
+                json!({"metadata": {"name": format!("{svc}-x"), "namespace": "d",
+                "labels": {"kubernetes.io/service-name": svc}}, "addressType": "IPv4",
+                "ports": [{"name": "", "port": 8080, "protocol": "TCP"}],
+                "endpoints": [{"addresses": ["10.244.0.9"], "conditions": {"ready": true}}]}),
+            )
+            .unwrap()
+        };
+        let ports = service_ports(&[svc, plain], &[slice("web"), slice("in")]);
+        let web = ports.iter().find(|p| p.id == "d/web:").unwrap();
+        assert_eq!(web.node_port, Some(30080));
+        let inner = ports.iter().find(|p| p.id == "d/in:").unwrap();
+        assert_eq!(inner.node_port, None, "a ClusterIP Service has no NodePort");
+        let rules = ruleset(&target(), &ports);
+        let i = ports.iter().position(|p| p.id == "d/web:").unwrap();
+        assert!(
+            rules.contains(&format!("tcp . 30080 : goto svc-{i}")),
+            "{rules}"
+        );
+        assert!(!rules.contains("30081"), "{rules}");
+        assert!(
+            rules.contains("fib daddr type local ip daddr != 127.0.0.0/8"),
+            "{rules}"
+        );
     }
 }

@@ -246,7 +246,10 @@ async fn sync(
         attempt,
         &shared.log_root(),
         &shared.cfg.dns,
-        &shared.cfg.node_name,
+        pod::NodePlace {
+            name: &shared.cfg.node_name,
+            cgroup: &shared.cgroup_root(),
+        },
     );
     let mut may_start = true;
     let sandbox_id = match ready {
@@ -526,7 +529,7 @@ async fn sync(
                         .events
                         .pod(pod, Some(&c.name), Kind::Normal, "Killing", &msg)
                         .await;
-                    let grace = spec.termination_grace_period_seconds.unwrap_or(30).max(2);
+                    let grace = pod::termination_grace(pod).max(2);
                     let mut rt = shared.cri.runtime.clone();
                     let _ = rt
                         .stop_container(api::StopContainerRequest {
@@ -776,6 +779,33 @@ async fn start(
     )
     .await;
     tracing::debug!(container = %c.name, %image, "started");
+    if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+        // The kubelet runs postStart before it looks at the container
+        // again; a failed hook kills the container, which then restarts
+        // as the restart policy says.
+        let ip = obs.pod_ips.first().cloned().unwrap_or_default();
+        let grace = pod::termination_grace(pod);
+        if let Err(e) = crate::probes::run_hook(&shared.cri, &id, c, hook, &ip, HOOK_TIMEOUT).await
+        {
+            tracing::info!(container = %c.name, error = %e, "postStart hook failed");
+            event_once(
+                shared,
+                mem,
+                pod,
+                Some(&c.name),
+                Kind::Warning,
+                "FailedPostStartHook",
+                &format!("PostStartHook failed: {e}"),
+            )
+            .await;
+            let _ = rt
+                .stop_container(api::StopContainerRequest {
+                    container_id: id.clone(),
+                    timeout: grace.max(2),
+                })
+                .await;
+        }
+    }
     // Look again soon: a container that exits at once is seen quickly.
     Some(Duration::from_millis(200))
 }
@@ -1026,28 +1056,79 @@ async fn remove_sandbox(shared: &Shared, id: &str) {
     }
 }
 
+/// How long a postStart hook may run (the kubelet gives it no bound
+/// but the pod's life; this keeps a hung hook from holding the worker).
+const HOOK_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Stop every container of the pod within `grace` seconds (at least 2,
-/// as the kubelet's minimum), then its sandboxes.
+/// as the kubelet's minimum), then its sandboxes. A container's preStop
+/// hook runs first, inside the grace period; the container then gets
+/// what is left of it (still at least 2 seconds).
 pub(crate) async fn kill_pod(shared: &Shared, pod: &Pod, grace: i64) {
     let (_, _, uid) = pod::identity(pod);
     let Ok(boxes) = sandboxes(shared, uid).await else {
         return;
     };
-    let timeout = grace.max(2);
+    let spec = pod.spec.clone().unwrap_or_default();
+    let pod_ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .unwrap_or_default();
     for sb in &boxes {
         if let Ok(rs) = runs(shared, &sb.id).await {
-            let stops = rs.values().flatten().filter(|r| r.running()).map(|r| {
-                let mut rt = shared.cri.runtime.clone();
-                let id = r.id.clone();
-                async move {
-                    let _ = rt
-                        .stop_container(api::StopContainerRequest {
-                            container_id: id,
-                            timeout,
-                        })
-                        .await;
-                }
-            });
+            let stops = rs
+                .iter()
+                .flat_map(|(name, v)| v.iter().map(move |r| (name, r)))
+                .filter(|(_, r)| r.running())
+                .map(|(name, r)| {
+                    let mut rt = shared.cri.runtime.clone();
+                    let id = r.id.clone();
+                    let container = spec
+                        .containers
+                        .iter()
+                        .chain(spec.init_containers.iter().flatten())
+                        .find(|c| &c.name == name)
+                        .cloned();
+                    let pod_ip = pod_ip.clone();
+                    async move {
+                        let started = std::time::Instant::now();
+                        let budget = Duration::from_secs(u64::try_from(grace.max(0)).unwrap_or(0));
+                        if let Some(c) = &container
+                            && let Some(hook) =
+                                c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+                            && let Err(e) = crate::probes::run_hook(
+                                &shared.cri,
+                                &id,
+                                c,
+                                hook,
+                                &pod_ip,
+                                budget.max(Duration::from_secs(1)),
+                            )
+                            .await
+                        {
+                            tracing::info!(container = %c.name, error = %e, "preStop hook failed");
+                            shared
+                                .events
+                                .pod(
+                                    pod,
+                                    Some(&c.name),
+                                    Kind::Warning,
+                                    "FailedPreStopHook",
+                                    &format!("PreStopHook failed: {e}"),
+                                )
+                                .await;
+                        }
+                        let left = budget.saturating_sub(started.elapsed()).as_secs();
+                        let timeout = i64::try_from(left).unwrap_or(i64::MAX).max(2);
+                        let _ = rt
+                            .stop_container(api::StopContainerRequest {
+                                container_id: id,
+                                timeout,
+                            })
+                            .await;
+                    }
+                });
             futures::future::join_all(stops).await;
         }
         remove_sandbox(shared, &sb.id).await;

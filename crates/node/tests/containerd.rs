@@ -14,13 +14,33 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kubeforge_apiserver::{KubeletClient, rbac_components};
 use kubeforge_node::AgentConfig;
 use kubeforge_node::cri::api;
+use kubeforge_node::footprint::{self, DirLock};
 use kubeforge_node::local::Runtimes;
 use kubeforge_testenv::{TestEnv, eventually_some};
 use serde_json::json;
 
+/// This test's runtimes, in a data directory of its own: its names on the
+/// machine carry its own cluster id, so another cluster running here (a
+/// user's `kubeforge up`, another test) neither fails it nor is touched.
 struct Machine {
     dir: PathBuf,
-    runtimes: Runtimes,
+    runtimes: Option<Runtimes>,
+    lock: Option<DirLock>,
+}
+
+/// A test that panics midway still removes what it started: the record
+/// of the runtimes is cleaned as `kubeforge clean` would.
+impl Drop for Machine {
+    fn drop(&mut self) {
+        if self.runtimes.take().is_some() {
+            drop(self.lock.take());
+            match footprint::clean(&self.dir) {
+                Ok(r) => eprintln!("cleaned after a failed test: {:?}", r.removed),
+                Err(e) => eprintln!("cannot clean {}: {e}", self.dir.display()),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 async fn machine(tag: &str) -> Machine {
@@ -32,21 +52,56 @@ async fn machine(tag: &str) -> Machine {
     let dir = PathBuf::from(format!("/tmp/kf-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let runtimes = Runtimes::start(&dir, 1, |_| "box-1".to_string())
+    let lock = DirLock::acquire(&dir).unwrap();
+    let runtimes = Runtimes::start(&lock, 1, |_| "box-1".to_string())
         .await
         .expect("the registry and containerd start (needs root, containerd, runc, containernetworking-plugins, docker-registry)");
-    Machine { dir, runtimes }
+    Machine {
+        dir: lock.dir().to_path_buf(),
+        runtimes: Some(runtimes),
+        lock: Some(lock),
+    }
 }
 
 impl Machine {
-    async fn stop(self) {
-        self.runtimes.stop().await;
+    fn runtimes(&self) -> &Runtimes {
+        self.runtimes.as_ref().unwrap()
+    }
+
+    /// Stop in order, then check that nothing of this cluster is left.
+    async fn stop(mut self) {
+        let runtimes = self.runtimes.take().unwrap();
+        let id = runtimes.id().clone();
+        let cgroup = runtimes.cgroup_parent().to_string();
+        runtimes.stop().await;
         assert!(
             kubeforge_node::host::mounts_under(&self.dir).is_empty(),
             "nothing stays mounted under {}",
             self.dir.display()
         );
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let socket = self.dir.display().to_string();
+        assert!(
+            kubeforge_node::host::processes_mentioning(&format!("{socket}/")).is_empty(),
+            "no process of this cluster is left"
+        );
+        let links: Vec<String> = footprint::links()
+            .into_iter()
+            .filter(|l| l.starts_with(&id.link_prefix()))
+            .collect();
+        assert!(links.is_empty(), "links left: {links:?}");
+        let tables: Vec<(String, String)> = footprint::tables()
+            .into_iter()
+            .filter(|(_, t)| t.starts_with(&id.table_prefix()))
+            .collect();
+        assert!(tables.is_empty(), "tables left: {tables:?}");
+        for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+            let left = hierarchy.path().join(cgroup.trim_start_matches('/'));
+            assert!(!left.exists(), "{} is removed", left.display());
+        }
+        assert!(
+            footprint::Record::read(&self.dir).is_none(),
+            "the record is gone with what it named"
+        );
     }
 }
 
@@ -111,7 +166,12 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
     );
     env.server()
         .set_kubelet_client(Some(KubeletClient::new(&cert, &key).unwrap()));
-    let mut cfg = AgentConfig::new("box-1", m.runtimes.runtime(0).socket(), m.dir.join("agent"));
+    let mut cfg = AgentConfig::new(
+        "box-1",
+        m.runtimes().runtime(0).socket(),
+        m.dir.join("agent"),
+    );
+    cfg.cgroup_parent = m.runtimes().cgroup_parent().to_string();
     cfg.labels = BTreeMap::from([(
         "node.kubeforge.io/containers".to_string(),
         "true".to_string(),
@@ -156,7 +216,11 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
     .await;
     let status = running.status.as_ref().unwrap();
     let ip = status.pod_ip.clone().expect("a pod IP");
-    assert!(ip.starts_with("10.244.0."), "{ip}");
+    let range = m.runtimes().network().subnet(0);
+    assert!(
+        ip.starts_with(range.trim_end_matches("0/24")),
+        "{ip} in {range}"
+    );
     let c = container_state(&running);
     assert!(
         c["containerID"]
@@ -339,7 +403,7 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
     for name in ["hello", "crash", "unbuilt", "ready-later", "unlive"] {
         pods.delete(name, &DeleteParams::default()).await.unwrap();
     }
-    let cri = m.runtimes.runtime(0).cri();
+    let cri = m.runtimes().runtime(0).cri();
     eventually_some("every sandbox is gone", Duration::from_secs(60), || {
         let cri = cri.clone();
         let pods = pods.clone();
@@ -360,8 +424,9 @@ async fn pods_run_in_containerd_and_leave_nothing_behind() {
     })
     .await;
     agent.stop_and_remove_pods().await;
+    let node_cgroup = format!("{}/box-1", m.runtimes().cgroup_parent());
     for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
-        let left = hierarchy.path().join("kubeforge/box-1");
+        let left = hierarchy.path().join(node_cgroup.trim_start_matches('/'));
         assert!(!left.exists(), "{} is removed", left.display());
     }
     env.stop().await;

@@ -35,7 +35,6 @@ async fn high_priority_pod_preempts_the_cheapest_victims() {
     node(&c, "n1", "2", "4Gi", json!({})).await;
     node(&c, "n2", "2", "4Gi", json!({})).await;
     let sched = SchedulerBuilder::new(c.clone()).start().unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await; // classes seen
     // n1 holds a mid-priority pod, n2 a low-priority one: the low one goes
     pod(
         &c,
@@ -62,12 +61,25 @@ async fn high_priority_pod_preempts_the_cheapest_victims() {
         json!({"spec": {"priorityClassName": "high-never"}}),
     )
     .await;
-    let msg = unschedulable_message(&c, "polite").await;
-    assert!(
-        msg.contains("preemption: not eligible due to preemptionPolicy=Never."),
-        "{msg}"
-    );
+    // The scheduler's PriorityClass watch may lag behind its pod watch: a pod
+    // seen before its class is refused ("no PriorityClass with name …") and
+    // retried once the class arrives; wait for the refusal this test is about.
+    unschedulable_for(
+        &c,
+        "polite",
+        "preemption: not eligible due to preemptionPolicy=Never.",
+    )
+    .await;
     let api: Api<Pod> = Api::namespaced(c.clone(), "default");
+    assert!(
+        api.get("polite")
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.node_name)
+            .is_none(),
+        "polite was bound"
+    );
     api.delete("polite", &Default::default()).await.unwrap();
     pod(
         &c,
@@ -188,7 +200,8 @@ async fn a_preemptor_waits_for_its_victims_instead_of_preempting_again() {
     .await;
     pod(&c, "low-2", "1", "1Gi", low("n2")).await;
     let sched = SchedulerBuilder::new(c.clone()).start().unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await; // classes seen
+    // If the scheduler sees the preemptor before the class "high", it refuses
+    // it and retries once the class arrives: the waits below poll.
     // only n1 can be freed for the preemptor: low-1 is its victim
     pod(
         &c,
