@@ -37,10 +37,10 @@ fi
 # makes the multi-valued certificate subjects the x509 tests need; curl plays
 # the unauthenticated client; make runs a scaffolded project's Makefile
 # (crates/cli/tests/scaffold.rs); ip, ps, pgrep, kill and ldd inspect what
-# container nodes start; a C++ compiler builds libFuzzer
-# (scripts/fuzz-smoke.sh).
+# container nodes start; setpriv gives the CLI tests' `up` a parent-death
+# signal; a C++ compiler builds libFuzzer (scripts/fuzz-smoke.sh).
 tools=(python3:python3 openssl:openssl curl:curl make:make ip:iproute2 ps:procps pgrep:procps
-  kill:procps ldd:libc-bin c++:g++)
+  kill:procps ldd:libc-bin setpriv:util-linux c++:g++)
 # promtool (Debian's prometheus package) lints what /metrics serves.
 # Container nodes (crates/node): containerd with runc, the distribution
 # registry, memcached to build an image from, nft for the egress guard,

@@ -685,7 +685,7 @@ pub fn kubeconfig_yaml(addr: SocketAddr) -> String {
 
 /// Wait until `check` answers true, asking again (every 5 ms at first,
 /// backing off to every 100 ms) until `within` has passed, then fail the
-/// test naming `what`. For conditions a watch cannot tell (or a test
+/// test naming `what`; a check still running at that point fails it too. For conditions a watch cannot tell (or a test
 /// does not watch); prefer waiting on a watch where there is one.
 pub async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
 where
@@ -709,8 +709,14 @@ where
     let deadline = tokio::time::Instant::now() + within;
     let mut pause = Duration::from_millis(5);
     loop {
-        if let Some(v) = check().await {
-            return v;
+        // The check itself is bounded too: one that never answers (a
+        // request to a server that hangs) fails at the deadline.
+        match tokio::time::timeout_at(deadline, check()).await {
+            Ok(Some(v)) => return v,
+            Ok(None) => {}
+            Err(_) => panic!(
+                "timed out after {within:?} waiting for {what} (its last check did not finish)"
+            ),
         }
         assert!(
             tokio::time::Instant::now() < deadline,

@@ -67,7 +67,13 @@ impl Cluster {
     /// [`UP_TIMEOUT`]) for the export line.
     pub fn start_in(dir: TempDir, extra: &[&str]) -> Cluster {
         let state = dir.0.join("state");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kubeforge"))
+        // util-linux's setpriv sets a parent-death signal and execs `up`
+        // (same pid): when the test's thread ends without stopping it —
+        // the test binary killed, say — `up` gets SIGTERM and stops
+        // everything it started, instead of running on as a leftover.
+        let mut child = Command::new("setpriv")
+            .args(["--pdeathsig", "TERM", "--"])
+            .arg(env!("CARGO_BIN_EXE_kubeforge"))
             .arg("up")
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&state)
