@@ -17,7 +17,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{Cluster, default_kubectl};
-use kubeforge_node::footprint::ClusterId;
 
 /// Start kubectl with `args` against `c`, its stdout piped and its stderr
 /// to `stderr`, for commands that keep running (`logs -f`, `port-forward`).
@@ -240,7 +239,6 @@ fn container_nodes_run_pods_for_kubectl_and_leave_nothing() {
         "memcached",
     ]);
     let state = c.dir.0.join("state");
-    let id = ClusterId::of(&state);
     let nodes = c.ok(&k, &["get", "nodes", "-o", "name"]);
     assert_eq!(nodes.trim(), "node/container-0\nnode/container-1");
     let runtime = c.ok(
@@ -917,61 +915,8 @@ fn container_nodes_run_pods_for_kubectl_and_leave_nothing() {
         ],
     );
     c.stop();
-    let state_text = state.display().to_string();
-    let procs = std::process::Command::new("pgrep")
-        .args(["-f", &state_text])
-        .output()
-        .unwrap();
-    assert!(
-        procs.stdout.is_empty(),
-        "processes left: {}",
-        String::from_utf8_lossy(&procs.stdout)
-    );
-    // Live processes only: an exited shim may wait a moment for its
-    // reaper. This cluster's shims name its containerd's socket.
-    let ps = std::process::Command::new("ps")
-        .args(["-eo", "stat=,args="])
-        .output()
-        .unwrap();
-    let shims: Vec<String> = String::from_utf8_lossy(&ps.stdout)
-        .lines()
-        .filter(|l| {
-            l.contains("containerd-shim")
-                && l.contains(&state_text)
-                && !l.trim_start().starts_with('Z')
-        })
-        .map(str::to_string)
-        .collect();
-    assert!(shims.is_empty(), "shims left: {shims:?}");
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(
-        !mounts.contains(&state_text),
-        "mounts left under {state_text}"
-    );
-    let links = std::fs::read_dir("/sys/class/net")
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&id.link_prefix()))
-        .collect::<Vec<_>>();
-    assert!(links.is_empty(), "bridges left: {links:?}");
-    let tables = std::process::Command::new("nft")
-        .args(["list", "tables"])
-        .output()
-        .unwrap();
-    let tables = String::from_utf8_lossy(&tables.stdout);
-    assert!(
-        !tables.contains(&id.table_prefix()),
-        "nft tables left: {tables}"
-    );
-    let cgroup = id.cgroup_parent();
-    for h in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
-        assert!(
-            !h.path().join(cgroup.trim_start_matches('/')).exists(),
-            "cgroups left in {}",
-            h.path().display()
-        );
-    }
+    let left = common::leftovers(&state);
+    assert!(left.is_empty(), "left after stopping: {left:#?}");
     assert!(
         !state.join("footprint.json").exists(),
         "the record is gone with what it named"

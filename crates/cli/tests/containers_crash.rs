@@ -16,57 +16,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{Cluster, default_kubectl};
-use kubeforge_node::footprint::{self, ClusterId};
-
-/// What of the cluster with data directory `state` is on this machine:
-/// live processes naming the directory, mounts under it, its links,
-/// nftables tables and cgroups, and processes in those cgroups.
-fn leftovers(state: &Path) -> Vec<String> {
-    let id = ClusterId::of(state);
-    let dir = state.display().to_string();
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == std::process::id() {
-            continue;
-        }
-        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(&format!("{dir}/")) || cmdline.contains(&format!("{dir} ")) {
-            out.push(format!("process {pid}: {cmdline}"));
-        }
-    }
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    out.extend(
-        mounts
-            .lines()
-            .filter(|l| l.contains(&dir))
-            .map(|l| format!("mount {l}")),
-    );
-    out.extend(
-        footprint::links()
-            .into_iter()
-            .filter(|l| l.starts_with(&id.link_prefix()))
-            .map(|l| format!("link {l}")),
-    );
-    out.extend(
-        footprint::tables()
-            .into_iter()
-            .filter(|(_, t)| t.starts_with(&id.table_prefix()))
-            .map(|(f, t)| format!("table {f} {t}")),
-    );
-    let cgroup = id.cgroup_parent();
-    for h in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
-        let c = h.path().join(cgroup.trim_start_matches('/'));
-        if c.exists() {
-            out.push(format!("cgroup {}", c.display()));
-        }
-    }
-    out
-}
+use common::{Cluster, default_kubectl, leftovers};
+use kubeforge_node::footprint::ClusterId;
 
 /// `kubeforge clean --data-dir DIR`: (exit code, stdout, stderr).
 fn clean(state: &Path) -> (i32, String, String) {

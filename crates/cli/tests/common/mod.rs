@@ -462,3 +462,56 @@ pub fn fixture(name: &str) -> PathBuf {
         .join("tests/fixtures")
         .join(name)
 }
+
+/// What of the container-node cluster with data directory `state` is on
+/// this machine, by its own id and directory only: live processes naming
+/// the directory (a zombie's command line is empty), mounts under it, its
+/// links, nftables tables and cgroups (a process left in one keeps it).
+pub fn leftovers(state: &Path) -> Vec<String> {
+    let id = kubeforge_node::footprint::ClusterId::of(state);
+    let dir = state.display().to_string();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("read /proc").flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&dir) {
+            out.push(format!("process {pid}: {cmdline}"));
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
+    out.extend(
+        mounts
+            .lines()
+            .filter(|l| l.contains(&dir))
+            .map(|l| format!("mount {l}")),
+    );
+    out.extend(
+        kubeforge_node::footprint::links()
+            .into_iter()
+            .filter(|l| l.starts_with(&id.link_prefix()))
+            .map(|l| format!("link {l}")),
+    );
+    out.extend(
+        kubeforge_node::footprint::tables()
+            .into_iter()
+            .filter(|(_, t)| t.starts_with(&id.table_prefix()))
+            .map(|(f, t)| format!("table {f} {t}")),
+    );
+    let cgroup = id.cgroup_parent();
+    for h in std::fs::read_dir("/sys/fs/cgroup")
+        .expect("read /sys/fs/cgroup")
+        .flatten()
+    {
+        let c = h.path().join(cgroup.trim_start_matches('/'));
+        if c.exists() {
+            out.push(format!("cgroup {}", c.display()));
+        }
+    }
+    out
+}
