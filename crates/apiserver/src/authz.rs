@@ -105,11 +105,6 @@ impl Access {
         self.rbac.load(Ordering::Relaxed)
     }
 
-    /// The RBAC authorizer as of the last committed RBAC write.
-    pub fn rbac_authorizer(&self, server: &ApiServer) -> RbacAuthorizer {
-        self.snapshot(server).rbac
-    }
-
     /// The policies as of the last committed RBAC or access-policy write.
     pub fn snapshot(&self, server: &ApiServer) -> Snapshot {
         let want = self.generation.load(Ordering::Acquire);
@@ -305,24 +300,59 @@ pub(crate) fn attributes(
 pub(crate) struct ClientAddr(pub std::net::IpAddr);
 
 /// The client's address: the connection's peer (in-process requests come
-/// from loopback), or, when the peer is a trusted proxy, the first address
-/// of `X-Forwarded-For` (kube's `utilnet.GetClientIP` reads the same
-/// header; here only trusted proxies may set it).
-pub(crate) fn client_address(parts: &http::request::Parts, trusted: &[IpNet]) -> std::net::IpAddr {
+/// from loopback), or, when the peer is a trusted proxy, the address
+/// `X-Forwarded-For` names before the trusted hops. The header is walked
+/// from the right, as each proxy appends the address it was reached
+/// from: the first entry that is not a trusted proxy is the client, and
+/// every entry left of it is whatever that client chose to send. `None`
+/// (unknown, so address conditions fail closed) when a trusted peer sends
+/// no header, or an entry on the walk does not parse.
+pub(crate) fn client_address(
+    parts: &http::request::Parts,
+    trusted: &[IpNet],
+) -> Option<std::net::IpAddr> {
     let peer = parts
         .extensions
         .get::<ClientAddr>()
         .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), |c| c.0);
-    if !trusted.iter().any(|n| n.contains(peer)) {
-        return peer;
+    let is_trusted = |ip: std::net::IpAddr| trusted.iter().any(|n| n.contains(ip));
+    if !is_trusted(peer) {
+        return Some(peer);
     }
-    parts
-        .headers
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(',').next())
-        .and_then(|first| first.trim().parse().ok())
-        .unwrap_or(peer)
+    forwarded_client(
+        parts
+            .headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .map(|v| v.to_str().ok()),
+        is_trusted,
+    )
+}
+
+/// The client named by the `X-Forwarded-For` values `headers` (in the
+/// order received, `None` for a value that is not text) behind trusted
+/// hops: see [`client_address`].
+fn forwarded_client<'a>(
+    headers: impl Iterator<Item = Option<&'a str>>,
+    is_trusted: impl Fn(std::net::IpAddr) -> bool,
+) -> Option<std::net::IpAddr> {
+    let mut entries: Vec<Option<&str>> = Vec::new();
+    for h in headers {
+        match h {
+            Some(v) => entries.extend(v.split(',').map(|e| Some(e.trim()))),
+            None => entries.push(None),
+        }
+    }
+    let mut last = None;
+    for entry in entries.into_iter().rev() {
+        let ip: std::net::IpAddr = entry?.parse().ok()?;
+        if !is_trusted(ip) {
+            return Some(ip);
+        }
+        last = Some(ip);
+    }
+    // Every hop is a trusted proxy: the leftmost one is the client.
+    last
 }
 
 /// The user a request from the in-process transport acts as, shared.
@@ -335,4 +365,53 @@ pub(crate) fn loopback_identity() -> crate::authn::Identity {
     static LOOPBACK: std::sync::LazyLock<crate::authn::Identity> =
         std::sync::LazyLock::new(|| identity(crate::authn::loopback_user()));
     LOOPBACK.clone()
+}
+
+#[cfg(test)]
+mod forwarded_tests {
+    use super::forwarded_client;
+
+    /// (headers as received, client) with 10.0.0.0/8 trusted, as kube's
+    /// tests of client addresses list them, walked from the right.
+    #[test]
+    fn forwarded_for_is_walked_from_the_right_past_trusted_hops() {
+        let trusted = |ip: std::net::IpAddr| match ip {
+            std::net::IpAddr::V4(v4) => v4.octets()[0] == 10,
+            std::net::IpAddr::V6(_) => false,
+        };
+        let cases: &[(&[Option<&str>], Option<&str>)] = &[
+            // The proxy appended the real client after a forged entry.
+            (&[Some("10.6.6.6, 203.0.113.7")], Some("203.0.113.7")),
+            (&[Some("203.0.113.7")], Some("203.0.113.7")),
+            // Two trusted hops, then the client.
+            (
+                &[Some("198.51.100.1, 203.0.113.7, 10.0.0.2")],
+                Some("203.0.113.7"),
+            ),
+            // Repeated headers read as one list.
+            (
+                &[Some("10.6.6.6"), Some("203.0.113.7")],
+                Some("203.0.113.7"),
+            ),
+            // Only trusted hops: the leftmost is the client.
+            (&[Some("10.0.0.3, 10.0.0.2")], Some("10.0.0.3")),
+            (&[Some(" 2001:db8::1 ")], Some("2001:db8::1")),
+            // Fail closed: nothing, garbage or non-text on the walk.
+            (&[], None),
+            (&[Some("")], None),
+            (&[Some("10.6.6.6, not-an-ip")], None),
+            (&[Some("203.0.113.7:443")], None),
+            (&[None], None),
+            // Garbage left of the client is the client's own business.
+            (&[Some("junk, 203.0.113.7")], Some("203.0.113.7")),
+        ];
+        for (headers, want) in cases {
+            let got = forwarded_client(headers.iter().copied(), trusted);
+            assert_eq!(
+                got,
+                want.map(|w| w.parse().expect("an address")),
+                "X-Forwarded-For {headers:?}"
+            );
+        }
+    }
 }

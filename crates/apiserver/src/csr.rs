@@ -16,8 +16,10 @@
 //! The server signs nothing itself: `kubeforge up` runs the
 //! `kube-apiserver-client` signer (`kubeforge_controllers::certificates`),
 //! which writes `status.certificate` through `/status`. `spec.request`
-//! must be a PEM `CERTIFICATE REQUEST` block; the signer checks its DER
-//! and signature.
+//! must be a PEM `CERTIFICATE REQUEST` block whose DER parses and is
+//! signed by the key it carries; `kubernetes.io/legacy-unknown` is kept
+//! only on requests stored with it. Who may approve and sign is decided by
+//! the certificates admission plugins (`admission/certificates.rs`).
 
 use kubeforge_apimachinery::names::Cause as FieldCause;
 use serde_json::{Value, json};
@@ -237,15 +239,15 @@ const TRUE_ONLY: &[&str] = &["Approved", "Denied", "Failed"];
 fn validate(obj: &Value, old: Option<&Value>, sub: Sub) -> Vec<FieldCause> {
     let mut errs = Vec::new();
     let spec = obj.get("spec").cloned().unwrap_or_else(|| json!({}));
-    // spec.request: base64 of a PEM CERTIFICATE REQUEST.
+    // spec.request: base64 of a PEM CERTIFICATE REQUEST that parses and
+    // is signed by its own key (kube's `validateCSR`).
     let request = spec.get("request").and_then(Value::as_str).unwrap_or("");
-    if !is_pem_block(request, "CERTIFICATE REQUEST") {
-        errs.push(FieldCause {
-            reason: "FieldValueInvalid".into(),
-            message: "Invalid value: []byte{...}: PEM block type must be CERTIFICATE REQUEST"
-                .into(),
-            field: "spec.request".into(),
-        });
+    if let Err(e) = check_request(request) {
+        errs.push(FieldCause::invalid_rendered(
+            "spec.request",
+            "[]byte{...}",
+            &e,
+        ));
     }
     let usages: Vec<&str> = spec
         .get("usages")
@@ -279,7 +281,18 @@ fn validate(obj: &Value, old: Option<&Value>, sub: Sub) -> Vec<FieldCause> {
         }
     }
     let signer = spec.get("signerName").and_then(Value::as_str).unwrap_or("");
-    validate_signer_name(signer, &mut errs);
+    let old_signer = old
+        .and_then(|o| o.pointer("/spec/signerName"))
+        .and_then(Value::as_str);
+    if signer == LEGACY_UNKNOWN && old_signer != Some(LEGACY_UNKNOWN) {
+        errs.push(FieldCause::invalid(
+            "spec.signerName",
+            signer,
+            "the legacy signerName is not allowed via this API version",
+        ));
+    } else {
+        validate_signer_name(signer, &mut errs);
+    }
     if let Some(secs) = spec.get("expirationSeconds").and_then(Value::as_i64)
         && secs < 600
     {
@@ -416,7 +429,7 @@ fn validate_conditions(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldCau
 }
 
 /// `signerName` must be `<domain>/<path>` with a dotted DNS domain
-/// (kube's `ValidateSignerName`; the length limits are left out).
+/// (kube's `ValidateSignerName`).
 fn validate_signer_name(signer: &str, errs: &mut Vec<FieldCause>) {
     use kubeforge_apimachinery::names::{is_dns1123_label, is_dns1123_subdomain};
     let field = "spec.signerName";
@@ -433,6 +446,9 @@ fn validate_signer_name(signer: &str, errs: &mut Vec<FieldCause>) {
         ));
         return;
     };
+    if domain.len() > 253 {
+        errs.push(FieldCause::too_long(field, 253));
+    }
     let labels: Vec<&str> = domain.split('.').collect();
     for l in &labels {
         let problems = is_dns1123_label(l);
@@ -467,6 +483,25 @@ fn validate_signer_name(signer: &str, errs: &mut Vec<FieldCause>) {
             break;
         }
     }
+    // A domain of 253 and a path of a subdomain (253) and a label (63).
+    if signer.len() > 253 + (253 + 63 + 1) + 1 {
+        errs.push(FieldCause::too_long(field, 571));
+    }
+}
+
+/// The signer name v1 accepts only on requests stored with it.
+const LEGACY_UNKNOWN: &str = "kubernetes.io/legacy-unknown";
+
+/// Why `b64` (a `[]byte` field as JSON carries it) is not a certificate
+/// request kube would store.
+fn check_request(b64: &str) -> Result<(), String> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|_| kubeforge_authz::x509::CsrError::NotCsrPem.to_string())?;
+    kubeforge_authz::x509::parse_certificate_request(&raw)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// Whether `b64` (a `[]byte` field as JSON carries it) decodes to text
@@ -487,9 +522,23 @@ fn is_pem_block(b64: &str, kind: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A real request, signed by its key.
+    fn request_pem() -> String {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "carol");
+        params
+            .serialize_request(&key)
+            .expect("request")
+            .pem()
+            .expect("pem")
+    }
+
     fn csr(conds: Value) -> Value {
         use base64::Engine;
-        let pem = "-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE REQUEST-----\n";
+        let pem = request_pem();
         json!({
             "spec": {
                 "request": base64::engine::general_purpose::STANDARD.encode(pem),
@@ -538,6 +587,71 @@ mod tests {
             ["status.conditions: Forbidden: updates may not add a condition of type \"Approved\""]
         );
         assert!(validate(&approved, Some(&pending), Sub::Approval).is_empty());
+    }
+
+    /// (request, the error on `spec.request`): kube's `validateCSR` cases.
+    #[test]
+    fn the_request_must_parse_and_be_signed_by_its_key() {
+        use base64::Engine;
+        let b64 = |s: &[u8]| base64::engine::general_purpose::STANDARD.encode(s);
+        let good = request_pem();
+        // One byte of the signature flipped (it ends the DER).
+        let tampered = {
+            let body: String = good.lines().filter(|l| !l.starts_with("-----")).collect();
+            let mut der = base64::engine::general_purpose::STANDARD
+                .decode(body)
+                .expect("der");
+            let last = der.len() - 1;
+            der[last] ^= 1;
+            format!(
+                "-----BEGIN CERTIFICATE REQUEST-----\n{}\n-----END CERTIFICATE REQUEST-----\n",
+                b64(&der)
+            )
+        };
+        let cases: Vec<(String, Option<&str>)> = vec![
+            (b64(good.as_bytes()), None),
+            ("not base64!".into(), Some("PEM block type must be CERTIFICATE REQUEST")),
+            (b64(b"no pem at all"), Some("PEM block type must be CERTIFICATE REQUEST")),
+            (
+                b64(good.replace("CERTIFICATE REQUEST", "CERTIFICATE").as_bytes()),
+                Some("PEM block type must be CERTIFICATE REQUEST"),
+            ),
+            (
+                b64(b"-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE REQUEST-----\n"),
+                Some("x509: malformed certificate request"),
+            ),
+            (b64(tampered.as_bytes()), Some("x509: invalid signature")),
+        ];
+        for (request, want) in cases {
+            let mut obj = csr(json!([]));
+            obj["spec"]["request"] = json!(request);
+            let got = messages(validate(&obj, None, Sub::Main));
+            match want {
+                None => assert!(got.is_empty(), "{got:?}"),
+                Some(w) => {
+                    assert_eq!(got.len(), 1, "{got:?}");
+                    assert!(
+                        got[0].starts_with(&format!(
+                            "spec.request: Invalid value: []byte{{...}}: {w}"
+                        )),
+                        "{got:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_legacy_signer_is_refused_on_create_and_kept_on_update() {
+        let mut legacy = csr(json!([]));
+        legacy["spec"]["signerName"] = json!("kubernetes.io/legacy-unknown");
+        assert_eq!(
+            messages(validate(&legacy, None, Sub::Main)),
+            [
+                "spec.signerName: Invalid value: \"kubernetes.io/legacy-unknown\": the legacy signerName is not allowed via this API version"
+            ]
+        );
+        assert!(validate(&legacy, Some(&legacy), Sub::Main).is_empty());
     }
 
     #[test]

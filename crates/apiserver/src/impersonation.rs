@@ -15,6 +15,12 @@
 //! `system:unauthenticated` was asked for (`system:anonymous` gets
 //! `system:unauthenticated`); a ServiceAccount without groups asked for gets
 //! its two ServiceAccount groups. The requester's extras are dropped.
+//!
+//! Values are taken as sent: one that is not UTF-8, or `Impersonate-User`
+//! / `Impersonate-Uid` repeated with different values, is a 400 (kube
+//! authorizes raw bytes; skipping such a value would change whom the
+//! request acts as, e.g. drop a ServiceAccount's groups, unchecked). An
+//! empty `Impersonate-Group` is the group "" and needs its own right.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -89,8 +95,50 @@ impl Request {
     }
 }
 
-fn values<'h>(headers: &'h HeaderMap, name: &str) -> impl Iterator<Item = &'h str> {
-    headers.get_all(name).iter().filter_map(|v| v.to_str().ok())
+/// Every value of header `name` as text: a value that is not UTF-8 is a
+/// 400 (kube authorizes the raw bytes; dropping it instead would change
+/// whom the request acts as without any check).
+fn values<'h>(headers: &'h HeaderMap, name: &str) -> ApiResult<Vec<&'h str>> {
+    headers
+        .get_all(name)
+        .iter()
+        .map(|v| {
+            std::str::from_utf8(v.as_bytes()).map_err(|_| {
+                ApiError::bad_request(format!("the {} header is not valid UTF-8", canonical(name)))
+            })
+        })
+        .collect()
+}
+
+/// The one value of a header that may be sent once (`Impersonate-User`,
+/// `Impersonate-Uid`): `None` when absent or empty (kube's `Get`), a 400
+/// when repeated with different values (kube would act on the first
+/// alone, which a proxy in front may not have checked).
+fn single<'h>(headers: &'h HeaderMap, name: &str) -> ApiResult<Option<&'h str>> {
+    let all = values(headers, name)?;
+    let Some(first) = all.first() else {
+        return Ok(None);
+    };
+    if all.iter().any(|v| v != first) {
+        return Err(ApiError::bad_request(format!(
+            "the {} header may be given only once",
+            canonical(name)
+        )));
+    }
+    Ok(Some(*first).filter(|v| !v.is_empty()))
+}
+
+/// `Impersonate-User` for `impersonate-user`, as the header is documented.
+fn canonical(name: &str) -> String {
+    name.split('-')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join("-")
 }
 
 /// `%`-decoding of an extra key (kube's `unescapeExtraKey`: kept as sent
@@ -124,10 +172,7 @@ fn unescape(key: &str) -> String {
 /// a user.
 fn requests(headers: &HeaderMap, path: &str) -> ApiResult<Vec<Request>> {
     let mut out = Vec::new();
-    let user = headers
-        .get(USER)
-        .and_then(|v| v.to_str().ok())
-        .filter(|u| !u.is_empty());
+    let user = single(headers, USER)?;
     if let Some(u) = user {
         out.push(match split_service_account(u) {
             Some((ns, name)) => Request::ServiceAccount {
@@ -138,7 +183,7 @@ fn requests(headers: &HeaderMap, path: &str) -> ApiResult<Vec<Request>> {
         });
     }
     let mut others = false;
-    for g in values(headers, GROUP) {
+    for g in values(headers, GROUP)? {
         others = true;
         out.push(Request::Group(g.to_string()));
     }
@@ -152,18 +197,14 @@ fn requests(headers: &HeaderMap, path: &str) -> ApiResult<Vec<Request>> {
     for name in extra_names {
         others = true;
         let key = unescape(&name[EXTRA_PREFIX.len()..]);
-        for v in values(headers, name) {
+        for v in values(headers, name)? {
             out.push(Request::Extra {
                 key: key.clone(),
                 value: v.to_string(),
             });
         }
     }
-    if let Some(uid) = headers
-        .get(UID)
-        .and_then(|v| v.to_str().ok())
-        .filter(|u| !u.is_empty())
-    {
+    if let Some(uid) = single(headers, UID)? {
         others = true;
         out.push(Request::Uid(uid.to_string()));
     }

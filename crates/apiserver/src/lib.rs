@@ -54,6 +54,7 @@ mod protobuf;
 pub mod rbac_components;
 mod rbac_defaults;
 mod rbac_escalation;
+mod rbac_validation;
 mod recover;
 pub mod registry;
 pub mod request;

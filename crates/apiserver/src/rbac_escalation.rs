@@ -5,23 +5,33 @@
 //! - A Role or ClusterRole write passes for `system:masters`, for a user
 //!   allowed `escalate` on it, when only GC fields change, or when the
 //!   writer's own rules (cluster-wide plus the role's namespace) cover every
-//!   rule it grants. Setting an `aggregationRule` needs every permission
-//!   (or `escalate`).
+//!   rule it grants. Writing a ClusterRole that has or had an
+//!   `aggregationRule` needs every permission (or `escalate`).
 //! - A binding write passes for `system:masters`, for a user allowed `bind`
 //!   on the referenced role (in the binding's namespace, "" for a
 //!   ClusterRoleBinding), when only GC fields change, or when the writer
 //!   covers the referenced role's rules; a missing role is refused.
 //!
+//! - "Own rules" is the full decision: RBAC's and those of unconditional
+//!   Allow access bindings; and a grant overlapping a rule of a Deny access
+//!   binding naming the writer is refused whatever RBAC holds (in any
+//!   namespace for a ClusterRoleBinding), so nobody hands on what they are
+//!   denied.
+//!
 //! Refusals are kube's 403: `roles.rbac.authorization.k8s.io "r" is
 //! forbidden: user "x" (groups=[…]) is attempting to grant RBAC
 //! permissions not currently held:\n{APIGroups:[""], …}`.
 
-use kubeforge_authz::Attributes;
+use kubeforge_apimachinery::gofmt::quote;
 use kubeforge_authz::rbac::Rule;
-use kubeforge_authz::rbac::escalation::confirm_no_escalation;
+use kubeforge_authz::rbac::escalation::{
+    breakdown, compact, compact_string, confirm_no_escalation, quote_list,
+};
 use kubeforge_authz::user::SYSTEM_MASTERS;
+use kubeforge_authz::{Attributes, UserInfo};
 use serde_json::Value;
 
+use crate::authz::Snapshot;
 use crate::context::Ctx;
 use crate::error::{ApiError, ApiResult};
 
@@ -58,6 +68,14 @@ fn rules_of(obj: &Value) -> Vec<Rule> {
         .iter()
         .map(Rule::from)
         .collect()
+}
+
+/// Whether a ClusterRole aggregates: an `aggregationRule` with at least
+/// one selector (kube's `hasAggregationRule`).
+fn has_aggregation_rule(obj: &Value) -> bool {
+    obj.pointer("/aggregationRule/clusterRoleSelectors")
+        .and_then(Value::as_array)
+        .is_some_and(|s| !s.is_empty())
 }
 
 /// Refuse `obj` (replacing `old`, if any) when it would grant its writer
@@ -102,15 +120,19 @@ pub(crate) fn check(ctx: &Ctx<'_>, obj: &Value, old: Option<&Value>) -> ApiResul
             if gc_only || access.decide(server, &escalate).allowed() {
                 return Ok(());
             }
-            let (held, errors) = access.rbac_authorizer(server).policy().rules_for(user, &ns);
-            confirm_no_escalation(user, &held, &errors, &rules_of(obj))
-                .map_err(|m| forbidden(&m))?;
-            // An aggregationRule can gather anything: setting one needs
-            // every permission (kube's `fullAuthority`).
-            let aggregation = obj.get("aggregationRule").filter(|a| !a.is_null());
-            let aggregation_changed =
-                aggregation.is_some() && old.and_then(|o| o.get("aggregationRule")) != aggregation;
-            if def.plural == "clusterroles" && aggregation_changed {
+            let snap = access.snapshot(server);
+            let (held, errors) = held_rules(&snap, user, &ns);
+            let granted = rules_of(obj);
+            confirm_no_escalation(user, &held, &errors, &granted).map_err(|m| forbidden(&m))?;
+            confirm_not_denied(&snap, user, &ns, false, &granted).map_err(|m| forbidden(&m))?;
+            // An aggregationRule can gather anything: writing a role that
+            // has one, or had one (removing it empties an aggregated role
+            // such as `edit` for everyone bound to it), needs every
+            // permission (kube's `fullAuthority`, checked when the old or
+            // the new object has a rule).
+            if def.plural == "clusterroles"
+                && (has_aggregation_rule(obj) || old.is_some_and(has_aggregation_rule))
+            {
                 let full = [
                     Rule {
                         verbs: vec!["*".into()],
@@ -168,13 +190,16 @@ pub(crate) fn check(ctx: &Ctx<'_>, obj: &Value, old: Option<&Value>) -> ApiResul
             if gc_only {
                 return Ok(());
             }
-            let authorizer = access.rbac_authorizer(server);
-            let policy = authorizer.policy();
-            let granted = policy
+            let snap = access.snapshot(server);
+            let granted = snap
+                .rbac
+                .policy()
                 .role_ref_rules(kind, role, &ns)
                 .map_err(|e| forbidden(&e))?;
-            let (held, errors) = policy.rules_for(user, &ns);
-            confirm_no_escalation(user, &held, &errors, &granted).map_err(|m| forbidden(&m))
+            let (held, errors) = held_rules(&snap, user, &ns);
+            confirm_no_escalation(user, &held, &errors, &granted).map_err(|m| forbidden(&m))?;
+            // A ClusterRoleBinding grants in every namespace.
+            confirm_not_denied(&snap, user, &ns, ns.is_empty(), &granted).map_err(|m| forbidden(&m))
         }
         _ => Ok(()),
     }
@@ -205,7 +230,8 @@ fn check_access_policy(ctx: &Ctx<'_>, obj: &Value, old: Option<&Value>) -> ApiRe
     let forbidden = |why: &str| ApiError::forbidden(def.gr(), name, why);
     let server = ctx.server;
     let (stored, _) = crate::access_policy::load_roles(server);
-    let rbac = access.rbac_authorizer(server);
+    let snap = access.snapshot(server);
+    let rbac = &snap.rbac;
     let may = |verb: &str, group: &str, resource: &str, object: &str| {
         let a = Attributes::resource(
             (**user).clone(),
@@ -258,6 +284,48 @@ fn check_access_policy(ctx: &Ctx<'_>, obj: &Value, old: Option<&Value>) -> ApiRe
     };
     let granted =
         effective_rules(&roles, rbac.policy(), &role_ref, &ns).map_err(|e| forbidden(&e))?;
-    let (held, errors) = rbac.policy().rules_for(user, &ns);
-    confirm_no_escalation(user, &held, &errors, &granted).map_err(|m| forbidden(&m))
+    let (held, errors) = held_rules(&snap, user, &ns);
+    confirm_no_escalation(user, &held, &errors, &granted).map_err(|m| forbidden(&m))?;
+    let binding = !def.plural.ends_with("roles");
+    confirm_not_denied(&snap, user, &ns, binding && ns.is_empty(), &granted)
+        .map_err(|m| forbidden(&m))
+}
+
+/// What `user` holds in `ns` for granting: RBAC's rules and those of
+/// unconditional Allow access bindings (a conditional one may not hold
+/// when the grant is used), with RBAC's resolution errors.
+fn held_rules(snap: &Snapshot, user: &UserInfo, ns: &str) -> (Vec<Rule>, Vec<String>) {
+    let (mut held, errors) = snap.rbac.policy().rules_for(user, ns);
+    held.extend(snap.access.policy().unconditional_rules(user, ns).0);
+    (held, errors)
+}
+
+/// Refuse a grant of `granted` that gives anything a Deny access binding
+/// takes from `user` in `ns` (in any namespace when `every_namespace`):
+/// holding a permission through RBAC is not enough to hand it on when the
+/// full decision denies it. kube's escalation text, naming what is
+/// denied.
+fn confirm_not_denied(
+    snap: &Snapshot,
+    user: &UserInfo,
+    ns: &str,
+    every_namespace: bool,
+    granted: &[Rule],
+) -> Result<(), String> {
+    let pieces: Vec<Rule> = granted.iter().flat_map(breakdown).collect();
+    let denied = snap
+        .access
+        .policy()
+        .denied_pieces(user, ns, every_namespace, &pieces);
+    if denied.is_empty() {
+        return Ok(());
+    }
+    let lines: std::collections::BTreeSet<String> =
+        compact(denied).iter().map(compact_string).collect();
+    Err(format!(
+        "user {} (groups={}) is attempting to grant RBAC permissions denied to it by an access binding with effect Deny:\n{}",
+        quote(&user.name),
+        quote_list(&user.groups),
+        lines.into_iter().collect::<Vec<_>>().join("\n")
+    ))
 }

@@ -589,6 +589,11 @@ fn validate_parts(
     }
     if whole {
         crate::strategy::validate(ctx, obj, &mut causes);
+        causes.extend(
+            crate::rbac_validation::validate(&ctx.def, obj, old)
+                .into_iter()
+                .map(Cause::from),
+        );
         crate::priority::validate_class(ctx, obj, old, &mut causes);
         match ctx.def.strategy {
             Strategy::Secret => crate::secrets::validate_secret(obj, old, &mut causes),

@@ -493,13 +493,35 @@ pub(crate) fn review(server: &ApiServer, spec: &Value) -> ApiResult<Value> {
                 .collect()
         })
         .unwrap_or_default();
-    // Static tokens authenticate for the API audiences too.
+    // The token file is audience-agnostic: its tokens are for the API's
+    // audiences only (kube's `WrapAudienceAgnosticToken`). The review's
+    // audiences (the API's when it names none) are intersected with them,
+    // in the review's order; nothing in common is not this
+    // authenticator's token.
     if let Some(auth) = server.inner.access.authentication()
         && let Some(user) = auth.static_token(token)
     {
+        let api = server
+            .inner
+            .access
+            .token_issuer()
+            .map(|i| i.api_audiences().to_vec())
+            .unwrap_or_default();
+        if audiences.is_empty() && api.is_empty() {
+            return Ok(json!({"authenticated": true, "user": crate::reviews::user_info(user)}));
+        }
+        let target = if audiences.is_empty() {
+            &api
+        } else {
+            &audiences
+        };
+        let common: Vec<&String> = target.iter().filter(|a| api.contains(a)).collect();
+        if common.is_empty() {
+            return Ok(json!({"user": {}, "error": "invalid bearer token"}));
+        }
         return Ok(
             json!({"authenticated": true, "user": crate::reviews::user_info(user),
-            "audiences": if audiences.is_empty() { json!(null) } else { json!(audiences) }}),
+            "audiences": common}),
         );
     }
     Ok(match authenticate(server, token, &audiences) {

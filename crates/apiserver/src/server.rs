@@ -331,10 +331,7 @@ impl ApiServer {
         let log = access.audit();
         let attributes_of = |user: UserInfo, parts: &http::request::Parts| {
             let mut a = crate::authz::attributes(user, &parts.method, parts.uri.path(), &r, &query);
-            a.source = Some(crate::authz::client_address(
-                parts,
-                &access.trusted_proxies(),
-            ));
+            a.source = crate::authz::client_address(parts, &access.trusted_proxies());
             a
         };
         let uri = || {

@@ -11,6 +11,7 @@ use crate::registry::Strategy;
 
 /// Defaults and status rules on create.
 pub fn prepare_create(ctx: &Ctx<'_>, obj: &mut Value) {
+    crate::rbac_validation::default(&ctx.def, obj);
     match ctx.def.strategy {
         Strategy::Namespace => {
             set_namespace_name_label(obj);
@@ -70,6 +71,7 @@ fn drop_status(obj: &mut Value) {
 
 /// Defaults re-applied on update (a client may send an object without them).
 pub fn prepare_update(ctx: &Ctx<'_>, obj: &mut Value, old: &Value) {
+    crate::rbac_validation::default(&ctx.def, obj);
     match ctx.def.strategy {
         Strategy::Pod => {
             crate::priority::keep_on_update(obj, old);

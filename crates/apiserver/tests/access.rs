@@ -1095,3 +1095,721 @@ async fn access_policies_grant_nothing_their_writer_does_not_hold() {
         e.message
     );
 }
+
+/// A PEM certificate request for `cn` in `orgs`, signed by a new key.
+fn csr_pem(cn: &str, orgs: &[&str]) -> String {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    p.distinguished_name = rcgen::DistinguishedName::new();
+    p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    for o in orgs {
+        p.distinguished_name
+            .push(rcgen::DnType::OrganizationName, *o);
+    }
+    p.serialize_request(&key)
+        .expect("request")
+        .pem()
+        .expect("pem")
+}
+
+fn csr_object(name: &str, signer: &str, pem: &str) -> serde_json::Value {
+    use base64::Engine;
+    json!({
+        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {"request": base64::engine::general_purpose::STANDARD.encode(pem),
+                 "signerName": signer, "usages": ["client auth"]}})
+}
+
+/// Grant `user` the cluster-wide `rules` through a ClusterRole and
+/// ClusterRoleBinding named `name`.
+async fn grant(admin: &Client, name: &str, user: &str, rules: serde_json::Value) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    Api::<ClusterRole>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &rbac(json!({"metadata": {"name": name}, "rules": rules})),
+        )
+        .await
+        .expect("role");
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &rbac(json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "User", "name": user}]})))
+        .await
+        .expect("binding");
+}
+
+/// kube's CertificateSubjectRestriction, CertificateApproval and
+/// CertificateSigning, as their `admission_test.go` cases pin them: a
+/// user who may create, approve (`/approval`) and write `/status` of CSRs
+/// gets no `system:masters` certificate, approves only for signers he may
+/// `approve`, and signs only with `sign`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csrs_are_approved_and_signed_only_with_rights_on_their_signer() {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest as Csr;
+    let c = cluster().await;
+    let admin = c.client(Some("admin-token"));
+    grant(&admin, "csr-writer", "bob", json!([
+        {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["create", "get", "list"]},
+        {"apiGroups": ["certificates.k8s.io"],
+         "resources": ["certificatesigningrequests/approval", "certificatesigningrequests/status"], "verbs": ["update"]}]))
+    .await;
+    let csrs: Api<Csr> = Api::all(c.client(Some("bob-token")));
+    let client = "kubernetes.io/kube-apiserver-client";
+    let forbidden = |name: &str, why: &str| {
+        format!(r#"certificatesigningrequests.certificates.k8s.io "{name}" is forbidden: {why}"#)
+    };
+    // (name, signer, subject organizations, refusal)
+    let creates: &[(&str, &str, &[&str], Option<String>)] = &[
+        (
+            "masters",
+            client,
+            &["system:masters"],
+            Some(forbidden(
+                "masters",
+                "use of kubernetes.io/kube-apiserver-client signer with system:masters group is not allowed",
+            )),
+        ),
+        (
+            "masters-among-others",
+            client,
+            &["devs", "system:masters"],
+            Some(forbidden(
+                "masters-among-others",
+                "use of kubernetes.io/kube-apiserver-client signer with system:masters group is not allowed",
+            )),
+        ),
+        // Another signer decides its own subjects.
+        (
+            "other-signer",
+            "example.com/signer",
+            &["system:masters"],
+            None,
+        ),
+        ("devs", client, &["devs"], None),
+    ];
+    for (name, signer, orgs, refusal) in creates {
+        let got = csrs
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(csr_object(name, signer, &csr_pem("carol", orgs)))
+                    .expect("csr"),
+            )
+            .await;
+        match refusal {
+            Some(m) => {
+                let e = api_error(got.expect_err(name));
+                assert_eq!((e.code, e.message.as_str()), (403, m.as_str()), "{name}");
+            }
+            None => {
+                got.expect(name);
+            }
+        }
+    }
+    // Malformed requests are refused before anything is stored.
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let mut bad = csr_object("bad-pem", client, "");
+    bad["spec"]["request"] = json!(b64(
+        "-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE REQUEST-----\n"
+    ));
+    let e = api_error(
+        csrs.create(
+            &PostParams::default(),
+            &serde_json::from_value(bad).expect("csr"),
+        )
+        .await
+        .expect_err("bad pem"),
+    );
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message.starts_with(r#"CertificateSigningRequest.certificates.k8s.io "bad-pem" is invalid: spec.request: Invalid value: []byte{...}: x509: malformed certificate request"#),
+        "{}",
+        e.message
+    );
+    assert!(csrs.get_opt("bad-pem").await.expect("get").is_none());
+
+    // Approving needs `approve` on the signer (kubectl certificate approve
+    // writes /approval).
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("kubeforge-access-csr-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("dir");
+    let bob = c.kubeconfig(&dir.0, Some("bob-token"));
+    let out = kubectl(&bob, &["certificate", "approve", "devs"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains(&forbidden(
+            "devs",
+            r#"user not permitted to approve requests with signerName "kubernetes.io/kube-apiserver-client""#
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+    // `signers/<domain>/*` is enough, as in kube.
+    grant(
+        &admin,
+        "approver",
+        "bob",
+        json!([
+        {"apiGroups": ["certificates.k8s.io"], "resources": ["signers"],
+         "resourceNames": ["kubernetes.io/*"], "verbs": ["approve"]}]),
+    )
+    .await;
+    let out = kubectl(&bob, &["certificate", "approve", "devs"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = kubectl(&bob, &["certificate", "deny", "other-signer"]);
+    assert!(
+        text(&out.stderr).contains(
+            r#"user not permitted to approve requests with signerName "example.com/signer""#
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    // Writing a certificate needs `sign`.
+    let mut issued = csrs.get("devs").await.expect("get");
+    issued
+        .status
+        .get_or_insert_with(Default::default)
+        .certificate = Some(k8s_openapi::ByteString(c.ca.pem.clone().into_bytes()));
+    let e = api_error(
+        csrs.replace_status("devs", &PostParams::default(), &issued)
+            .await
+            .expect_err("no sign right"),
+    );
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (403, forbidden("devs", r#"user not permitted to sign requests with signerName "kubernetes.io/kube-apiserver-client""#).as_str())
+    );
+    grant(
+        &admin,
+        "signer",
+        "bob",
+        json!([
+        {"apiGroups": ["certificates.k8s.io"], "resources": ["signers"],
+         "resourceNames": ["kubernetes.io/kube-apiserver-client"], "verbs": ["sign"]}]),
+    )
+    .await;
+    csrs.replace_status("devs", &PostParams::default(), &issued)
+        .await
+        .expect("signed with the right");
+}
+
+/// kube's `ValidateRole*`/`ValidateRoleBinding*` cases: what the writer
+/// may grant is judged only for references kube understands, and a
+/// binding's `roleRef` never changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_objects_are_validated_and_role_refs_are_fixed() {
+    let c = cluster().await;
+    let admin = c.client(Some("admin-token"));
+    // bob holds everything in example.com and may create bindings.
+    grant(&admin, "example-admin", "bob", json!([
+        {"apiGroups": ["example.com"], "resources": ["*"], "verbs": ["*"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings", "clusterrolebindings"], "verbs": ["create"]}]))
+    .await;
+    let post = |token: &'static str, plural: &'static str, body: serde_json::Value| {
+        let client = c.client(Some(token));
+        async move {
+            let ns = if plural.starts_with("cluster") {
+                ""
+            } else {
+                "default"
+            };
+            let ar = kube::discovery::ApiResource {
+                group: "rbac.authorization.k8s.io".into(),
+                version: "v1".into(),
+                api_version: "rbac.authorization.k8s.io/v1".into(),
+                kind: String::new(),
+                plural: plural.into(),
+            };
+            let api: Api<kube::api::DynamicObject> = if ns.is_empty() {
+                Api::all_with(client, &ar)
+            } else {
+                Api::namespaced_with(client, ns, &ar)
+            };
+            api.create(&PostParams::default(), &dynamic(body)).await
+        }
+    };
+    let binding =
+        |kind: &str, name: &str, role_ref: serde_json::Value, subjects: serde_json::Value| {
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+               "metadata": {"name": name}, "roleRef": role_ref, "subjects": subjects})
+        };
+    let user = json!([{"kind": "User", "name": "bob"}]);
+    let invalid = |kind: &str, name: &str, causes: &str| {
+        format!(r#"{kind}.rbac.authorization.k8s.io "{name}" is invalid: {causes}"#)
+    };
+    // (token, plural, object, 422 message)
+    let cases = vec![
+        (
+            "bob-token",
+            "rolebindings",
+            binding(
+                "RoleBinding",
+                "sneaky",
+                json!({"apiGroup": "example.com", "kind": "ClusterRole", "name": "cluster-admin"}),
+                user.clone(),
+            ),
+            invalid(
+                "RoleBinding",
+                "sneaky",
+                r#"roleRef.apiGroup: Unsupported value: "example.com": supported values: "rbac.authorization.k8s.io""#,
+            ),
+        ),
+        (
+            "bob-token",
+            "clusterrolebindings",
+            binding(
+                "ClusterRoleBinding",
+                "sneaky",
+                json!({"apiGroup": "example.com", "kind": "ClusterRole", "name": "cluster-admin"}),
+                user.clone(),
+            ),
+            invalid(
+                "ClusterRoleBinding",
+                "sneaky",
+                r#"roleRef.apiGroup: Unsupported value: "example.com": supported values: "rbac.authorization.k8s.io""#,
+            ),
+        ),
+        (
+            "admin-token",
+            "clusterrolebindings",
+            binding(
+                "ClusterRoleBinding",
+                "role-kind",
+                json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"}),
+                user.clone(),
+            ),
+            invalid(
+                "ClusterRoleBinding",
+                "role-kind",
+                r#"roleRef.kind: Unsupported value: "Role": supported values: "ClusterRole""#,
+            ),
+        ),
+        (
+            "admin-token",
+            "rolebindings",
+            binding(
+                "RoleBinding",
+                "odd",
+                json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Secret", "name": "a/b"}),
+                json!([{"kind": "Robot", "name": "r"}, {"kind": "User", "name": "u", "apiGroup": "example.com"},
+                        {"kind": "ServiceAccount", "name": "Bad_Name", "apiGroup": "rbac.authorization.k8s.io"}, {"kind": "Group", "name": ""}]),
+            ),
+            invalid(
+                "RoleBinding",
+                "odd",
+                r#"[roleRef.kind: Unsupported value: "Secret": supported values: "Role", "ClusterRole", roleRef.name: Invalid value: "a/b": may not contain '/', subjects[0].kind: Unsupported value: "Robot": supported values: "ServiceAccount", "User", "Group", subjects[1].apiGroup: Unsupported value: "example.com": supported values: "rbac.authorization.k8s.io", subjects[2].name: Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'), subjects[2].apiGroup: Unsupported value: "rbac.authorization.k8s.io": supported values: "", subjects[3].name: Required value]"#,
+            ),
+        ),
+        (
+            "admin-token",
+            "clusterrolebindings",
+            binding(
+                "ClusterRoleBinding",
+                "sa-without-ns",
+                json!({"kind": "ClusterRole", "name": "view"}),
+                json!([{"kind": "ServiceAccount", "name": "x"}]),
+            ),
+            invalid(
+                "ClusterRoleBinding",
+                "sa-without-ns",
+                "subjects[0].namespace: Required value",
+            ),
+        ),
+        (
+            "admin-token",
+            "roles",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "r"},
+                "rules": [{"verbs": [], "apiGroups": [""], "resources": ["pods"]}, {"verbs": ["get"], "nonResourceURLs": ["/healthz"]}]}),
+            invalid(
+                "Role",
+                "r",
+                r#"[rules[0].verbs: Required value: verbs must contain at least one value, rules[1].nonResourceURLs: Invalid value: []string{"/healthz"}: namespaced rules cannot apply to non-resource URLs]"#,
+            ),
+        ),
+        (
+            "admin-token",
+            "clusterroles",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "cr"},
+                "aggregationRule": {"clusterRoleSelectors": []},
+                "rules": [{"verbs": ["get"], "resources": ["pods"]}]}),
+            invalid(
+                "ClusterRole",
+                "cr",
+                "[rules[0].apiGroups: Required value: resource rules must supply at least one api group, aggregationRule.clusterRoleSelectors: Required value: at least one clusterRoleSelector required if aggregationRule is non-nil]",
+            ),
+        ),
+    ];
+    for (token, plural, body, want) in cases {
+        let e = api_error(post(token, plural, body).await.expect_err(&want));
+        assert_eq!((e.code, e.message.as_str()), (422, want.as_str()));
+    }
+    // Defaults fill what kube's do: the roleRef group, User subjects' group.
+    let made = post(
+        "admin-token",
+        "rolebindings",
+        binding(
+            "RoleBinding",
+            "defaulted",
+            json!({"kind": "ClusterRole", "name": "view"}),
+            json!([{"kind": "User", "name": "bob"}]),
+        ),
+    )
+    .await
+    .expect("defaulted binding");
+    assert_eq!(
+        made.data["roleRef"]["apiGroup"],
+        "rbac.authorization.k8s.io"
+    );
+    assert_eq!(
+        made.data["subjects"][0]["apiGroup"],
+        "rbac.authorization.k8s.io"
+    );
+    // roleRef is fixed once stored, for everyone.
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("kubeforge-access-rr-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("dir");
+    let kadmin = c.kubeconfig(&dir.0, Some("admin-token"));
+    let out = kubectl(
+        &kadmin,
+        &[
+            "patch",
+            "rolebinding",
+            "defaulted",
+            "--type=merge",
+            "-p",
+            r#"{"roleRef": {"name": "admin"}}"#,
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains(r#"The RoleBinding "defaulted" is invalid: roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"admin"}: cannot change roleRef"#),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// `curl` to the plain listener as `token` with extra raw header lines
+/// (bytes, so values need not be text): (status code, body).
+fn curl_raw(c: &Cluster, token: &str, path: &str, headers: &[&[u8]]) -> (u16, String) {
+    use std::os::unix::ffi::OsStrExt;
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "-o", "-", "-w", "\n%{http_code}", "-H"])
+        .arg(format!("Authorization: Bearer {token}"));
+    for h in headers {
+        cmd.arg("-H").arg(std::ffi::OsStr::from_bytes(h));
+    }
+    let out = cmd.arg(format!("{}{path}", c.url)).output().expect("curl");
+    let body = text(&out.stdout);
+    let (body, code) = body.rsplit_once('\n').expect("status line");
+    (code.trim().parse().expect("code"), body.to_string())
+}
+
+/// Impersonation headers are taken as sent: a value that is not UTF-8,
+/// or a user named twice differently, is a 400 and acts as nobody; every
+/// group asked for, empty too, is authorized before it counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_headers_are_authorized_as_sent() {
+    let c = cluster().await;
+    let admin = c.client(Some("admin-token"));
+    grant(&admin, "impersonator", "bob", json!([
+        {"apiGroups": [""], "resources": ["users"], "resourceNames": ["alice"], "verbs": ["impersonate"]},
+        {"apiGroups": [""], "resources": ["groups"], "resourceNames": ["devs"], "verbs": ["impersonate"]}]))
+    .await;
+    let path = "/api/v1/namespaces/default/configmaps";
+    // (headers, status, message the body must hold)
+    let cases: &[(&[&[u8]], u16, &str)] = &[
+        (
+            &[b"Impersonate-User: alice", b"Impersonate-Group: \xffdevs"],
+            400,
+            "the Impersonate-Group header is not valid UTF-8",
+        ),
+        (
+            &[b"Impersonate-User: \xe9lice"],
+            400,
+            "the Impersonate-User header is not valid UTF-8",
+        ),
+        (
+            &[b"Impersonate-User: alice", b"Impersonate-User: admin"],
+            400,
+            "the Impersonate-User header may be given only once",
+        ),
+        // (curl sends an empty header for `Name;`.)
+        (
+            &[b"Impersonate-User: alice", b"Impersonate-Group;"],
+            403,
+            r#"groups is forbidden: User \"bob\" cannot impersonate resource \"groups\" in API group \"\" at the cluster scope"#,
+        ),
+        (
+            &[
+                b"Impersonate-User: alice",
+                b"Impersonate-Group: system:masters",
+            ],
+            403,
+            r#"groups \"system:masters\" is forbidden: User \"bob\" cannot impersonate resource \"groups\" in API group \"\" at the cluster scope"#,
+        ),
+        // With the rights, it works: alice in devs may not list configmaps.
+        (
+            &[b"Impersonate-User: alice", b"Impersonate-Group: devs"],
+            403,
+            r#"configmaps is forbidden: User \"alice\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\""#,
+        ),
+    ];
+    for (headers, code, message) in cases {
+        let (got, body) = curl_raw(&c, "bob-token", path, headers);
+        assert_eq!(got, *code, "{headers:?}: {body}");
+        assert!(body.contains(message), "{headers:?}: {body}");
+        assert!(body.contains(r#""kind":"Status""#), "{body}");
+    }
+}
+
+/// The escalation checks judge with the full decision: a user denied
+/// `get secrets` by a Deny access binding cannot hand it on through a
+/// binding, although RBAC gives it to him; what he is not denied he may
+/// still bind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nobody_grants_what_an_access_binding_denies_them() {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let c = cluster().await;
+    let admin = c.client(Some("admin-token"));
+    // RBAC lets bob read secrets and configmaps and bind roles in default.
+    for (name, rules) in [
+        (
+            "reads-all",
+            json!([{"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get"]}]),
+        ),
+        (
+            "reads-configmaps",
+            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]),
+        ),
+    ] {
+        Api::<ClusterRole>::all(admin.clone())
+            .create(
+                &PostParams::default(),
+                &rbac(json!({"metadata": {"name": name}, "rules": rules})),
+            )
+            .await
+            .expect("cluster role");
+    }
+    Api::<Role>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &rbac(json!({
+            "metadata": {"name": "binder"},
+            "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings", "roles"], "verbs": ["create"]},
+                      {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get", "list"]}]})))
+        .await
+        .expect("role");
+    Api::<RoleBinding>::namespaced(admin.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &rbac(json!({
+            "metadata": {"name": "bob-binds"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "binder"},
+            "subjects": [{"kind": "User", "name": "bob"}]})),
+        )
+        .await
+        .expect("bob binds in default");
+    let policies = |kind: &str, plural: &str, ns: Option<&str>| {
+        let ar = policy(kind, plural);
+        match ns {
+            Some(ns) => Api::<kube::api::DynamicObject>::namespaced_with(admin.clone(), ns, &ar),
+            None => Api::all_with(admin.clone(), &ar),
+        }
+    };
+    policies("ClusterAccessRole", "clusteraccessroles", None)
+        .create(
+            &PostParams::default(),
+            &dynamic(json!({
+            "apiVersion": "authz.kubeforge.dev/v1alpha1", "kind": "ClusterAccessRole",
+            "metadata": {"name": "secret-reader"},
+            "spec": {"rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]}})),
+        )
+        .await
+        .expect("role");
+    policies("AccessBinding", "accessbindings", Some("default"))
+        .create(&PostParams::default(), &dynamic(json!({
+            "apiVersion": "authz.kubeforge.dev/v1alpha1", "kind": "AccessBinding",
+            "metadata": {"name": "bob-no-secrets"},
+            "spec": {"roleRef": {"kind": "ClusterAccessRole", "name": "secret-reader"}, "effect": "Deny",
+                     "subjects": [{"kind": "User", "name": "bob"}]}})))
+        .await
+        .expect("deny");
+    let bob = c.client(Some("bob-token"));
+    let bindings: Api<RoleBinding> = Api::namespaced(bob.clone(), "default");
+    let to_sa = |name: &str, role: &str| -> RoleBinding {
+        rbac(json!({"metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "helper", "namespace": "default"}]}))
+    };
+    // (binding, role, refusal)
+    let cases = [
+        (
+            "helper-all",
+            "reads-all",
+            Some(
+                r#"rolebindings.rbac.authorization.k8s.io "helper-all" is forbidden: user "bob" (groups=["devs" "system:authenticated"]) is attempting to grant RBAC permissions denied to it by an access binding with effect Deny:
+{APIGroups:[""], Resources:["secrets"], Verbs:["get"]}"#,
+            ),
+        ),
+        ("helper-configmaps", "reads-configmaps", None),
+    ];
+    for (name, role, refusal) in cases {
+        let got = bindings
+            .create(&PostParams::default(), &to_sa(name, role))
+            .await;
+        match refusal {
+            Some(m) => {
+                let e = api_error(got.expect_err(name));
+                assert_eq!((e.code, e.message.as_str()), (403, m), "{name}");
+            }
+            None => {
+                got.expect(name);
+            }
+        }
+    }
+    // A Role granting it is refused the same way.
+    let e = api_error(
+        Api::<Role>::namespaced(bob, "default")
+            .create(&PostParams::default(), &rbac(json!({"metadata": {"name": "peek"},
+                "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]})))
+            .await
+            .expect_err("role"),
+    );
+    assert_eq!(e.code, 403);
+    assert!(e.message.ends_with("denied to it by an access binding with effect Deny:\n{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\"]}"), "{}", e.message);
+}
+
+/// An aggregated ClusterRole is changed only with every permission, also
+/// to remove its rule (which would empty `edit` for everyone bound to it);
+/// kube checks when the old or the new object aggregates.
+#[tokio::test]
+async fn removing_an_aggregation_rule_needs_every_permission() {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let c = cluster().await;
+    let admin = c.client(Some("admin-token"));
+    Api::<ClusterRole>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &rbac(json!({
+            "metadata": {"name": "gathers"},
+            "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"x": "y"}}]}})),
+        )
+        .await
+        .expect("aggregated role");
+    grant(&admin, "role-editor", "bob", json!([
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["get", "update", "patch"]}]))
+    .await;
+    let roles: Api<ClusterRole> = Api::all(c.client(Some("bob-token")));
+    let mut role = roles.get("gathers").await.expect("get");
+    role.aggregation_rule = None;
+    role.rules = Some(Vec::new());
+    let e = api_error(
+        roles
+            .replace("gathers", &PostParams::default(), &role)
+            .await
+            .expect_err("403"),
+    );
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (
+            403,
+            r#"clusterroles.rbac.authorization.k8s.io "gathers" is forbidden: must have cluster-admin privileges to use the aggregationRule"#
+        )
+    );
+    // A plain role bob holds everything of he may still change.
+    grant(&admin, "plain", "carol", json!([])).await;
+    let mut plain = roles.get("plain").await.expect("get");
+    plain
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("team".into(), "a".into());
+    roles
+        .replace("plain", &PostParams::default(), &plain)
+        .await
+        .expect("plain update");
+}
+
+/// `sourceCIDRs` behind a trusted proxy see the address the proxy
+/// appended, not what the client put before it; no address fails closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_conditions_read_forwarded_for_from_the_right() {
+    let c = cluster().await;
+    c.server.set_trusted_proxies(vec![
+        kubeforge_apimachinery::net::IpNet::parse("127.0.0.0/8").expect("cidr"),
+    ]);
+    let admin = c.client(Some("admin-token"));
+    let api = |kind: &str, plural: &str| {
+        Api::<kube::api::DynamicObject>::all_with(admin.clone(), &policy(kind, plural))
+    };
+    api("ClusterAccessRole", "clusteraccessroles")
+        .create(&PostParams::default(), &dynamic(json!({
+            "apiVersion": "authz.kubeforge.dev/v1alpha1", "kind": "ClusterAccessRole",
+            "metadata": {"name": "cm-reader"},
+            "spec": {"rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]}})))
+        .await
+        .expect("role");
+    api("ClusterAccessBinding", "clusteraccessbindings")
+        .create(&PostParams::default(), &dynamic(json!({
+            "apiVersion": "authz.kubeforge.dev/v1alpha1", "kind": "ClusterAccessBinding",
+            "metadata": {"name": "office"},
+            "spec": {"roleRef": {"name": "cm-reader"}, "subjects": [{"kind": "User", "name": "bob"}],
+                     "conditions": {"sourceCIDRs": ["10.0.0.0/8"]}}})))
+        .await
+        .expect("binding");
+    let path = "/api/v1/namespaces/default/configmaps";
+    // (X-Forwarded-For headers, status)
+    let cases: &[(&[&[u8]], u16)] = &[
+        (&[b"X-Forwarded-For: 10.1.2.3"], 200),
+        (&[b"X-Forwarded-For: 10.6.6.6, 203.0.113.7"], 403),
+        (
+            &[
+                b"X-Forwarded-For: 10.6.6.6",
+                b"X-Forwarded-For: 203.0.113.7",
+            ],
+            403,
+        ),
+        (&[b"X-Forwarded-For: 203.0.113.7, 10.1.2.3"], 200),
+        (&[b"X-Forwarded-For: 10.1.2.3, bogus"], 403),
+        (&[], 403),
+    ];
+    for (headers, code) in cases {
+        let (got, body) = curl_raw(&c, "bob-token", path, headers);
+        assert_eq!(got, *code, "{headers:?}: {body}");
+    }
+}
+
+/// TokenReview: the token file's tokens are for the API's audiences only,
+/// as kube wraps audience-agnostic authenticators.
+#[tokio::test]
+async fn token_file_tokens_review_only_for_the_api_audiences() {
+    let c = cluster().await;
+    let admin = c.client(Some("admin-token"));
+    let reviews: Api<k8s_openapi::api::authentication::v1::TokenReview> = Api::all(admin);
+    let review = |auds: serde_json::Value| {
+        serde_json::from_value(json!({"spec": {"token": "bob-token", "audiences": auds}}))
+            .expect("review")
+    };
+    // (audiences asked, authenticated, error)
+    let cases = [
+        (json!([]), true, None),
+        (
+            json!(["https://vault.example.com"]),
+            false,
+            Some("invalid bearer token"),
+        ),
+    ];
+    for (auds, authenticated, error) in cases {
+        let r = reviews
+            .create(&PostParams::default(), &review(auds.clone()))
+            .await
+            .expect("review");
+        let st = r.status.expect("status");
+        assert_eq!(st.authenticated.unwrap_or(false), authenticated, "{auds}");
+        assert_eq!(st.error.as_deref(), error, "{auds}");
+        if authenticated {
+            assert_eq!(st.user.and_then(|u| u.username).as_deref(), Some("bob"));
+        }
+    }
+}

@@ -121,6 +121,12 @@ impl<B: HasSubjects> Scoped<B> {
         }
     }
 
+    /// Every scope: the cluster's, then each namespace's (what a grant
+    /// valid in every namespace is compared with).
+    pub fn all_scopes(&self) -> impl Iterator<Item = &SubjectIndex<B>> + '_ {
+        std::iter::once(&self.cluster).chain(self.namespaces.values())
+    }
+
     /// The scopes a request in `namespace` looks at: the cluster's
     /// bindings, then the namespace's (kube's order).
     pub fn scopes<'a>(&'a self, namespace: &str) -> impl Iterator<Item = &'a SubjectIndex<B>> + 'a {

@@ -79,6 +79,90 @@ pub fn user_from_certificate(der: &[u8]) -> Result<Option<UserInfo>, Certificate
     Ok(Some(user))
 }
 
+/// Why a certificate request does not read (kube's `ParseCSR` and
+/// `CheckSignature`).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CsrError {
+    /// No PEM block, or not a `CERTIFICATE REQUEST` one.
+    #[error("PEM block type must be CERTIFICATE REQUEST")]
+    NotCsrPem,
+    /// The block's DER is not a PKCS #10 request.
+    #[error("x509: malformed certificate request: {0}")]
+    Malformed(String),
+    /// The request is not signed by the key it carries.
+    #[error("x509: invalid signature: {0}")]
+    Signature(String),
+    /// A subject value in a string type Go's x509 reads but whose bytes do
+    /// not decode, or in a type it refuses.
+    #[error("x509: unsupported string type in the subject")]
+    SubjectString,
+}
+
+/// A certificate request's subject as kube's `x509.CertificateRequest`
+/// holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestSubject {
+    /// The Common Name, when there is one.
+    pub common_name: Option<String>,
+    /// Every Organization value, in order.
+    pub organizations: Vec<String>,
+}
+
+/// An attribute value as Go's `parseASN1String` reads it: the text types,
+/// T61String as its bytes, BMPString as UTF-16; anything else refused, so
+/// no encoding hides a value from the checks made on it.
+fn subject_string(a: &x509_parser::x509::AttributeTypeAndValue<'_>) -> Result<String, CsrError> {
+    use x509_parser::der_parser::asn1_rs::Tag;
+    if let Ok(s) = a.as_str() {
+        return Ok(s.to_string());
+    }
+    let data = a.attr_value().data;
+    match a.attr_value().tag() {
+        Tag::T61String => String::from_utf8(data.to_vec()).map_err(|_| CsrError::SubjectString),
+        Tag::BmpString if data.len() % 2 == 0 => {
+            let units: Vec<u16> = data
+                .chunks_exact(2)
+                .map(|c| u16::from_be_bytes([c[0], c[1]]))
+                .collect();
+            String::from_utf16(&units).map_err(|_| CsrError::SubjectString)
+        }
+        _ => Err(CsrError::SubjectString),
+    }
+}
+
+/// Read a PEM certificate request as kube does: the first PEM block must
+/// be a `CERTIFICATE REQUEST`, its DER a PKCS #10 request signed by its
+/// own key; its subject's CN and Organizations.
+pub fn parse_certificate_request(pem: &[u8]) -> Result<RequestSubject, CsrError> {
+    use x509_parser::certification_request::X509CertificationRequest;
+    let block = x509_parser::pem::Pem::iter_from_buffer(pem)
+        .next()
+        .and_then(Result::ok)
+        .filter(|b| b.label == "CERTIFICATE REQUEST")
+        .ok_or(CsrError::NotCsrPem)?;
+    let (rest, csr) = X509CertificationRequest::from_der(&block.contents)
+        .map_err(|e| CsrError::Malformed(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(CsrError::Malformed("trailing data".into()));
+    }
+    csr.verify_signature()
+        .map_err(|e| CsrError::Signature(e.to_string()))?;
+    let subject = &csr.certification_request_info.subject;
+    let common_name = subject
+        .iter_common_name()
+        .next()
+        .map(subject_string)
+        .transpose()?;
+    let organizations = subject
+        .iter_organization()
+        .map(subject_string)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RequestSubject {
+        common_name,
+        organizations,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +171,15 @@ mod tests {
     /// `openssl` (rcgen keeps one value per attribute type; kube users put
     /// several O values in one certificate).
     fn cert(cn: Option<&str>, orgs: &[&str], uids: &[&str]) -> Vec<u8> {
+        openssl_req(true, cn, orgs, uids)
+    }
+
+    /// A PEM certificate request with this subject, by the real `openssl`.
+    fn request(cn: Option<&str>, orgs: &[&str]) -> Vec<u8> {
+        openssl_req(false, cn, orgs, &[])
+    }
+
+    fn openssl_req(x509: bool, cn: Option<&str>, orgs: &[&str], uids: &[&str]) -> Vec<u8> {
         let dir = std::env::temp_dir().join(format!(
             "kubeforge-x509-{}-{}",
             std::process::id(),
@@ -116,7 +209,9 @@ mod tests {
         .expect("config");
         let der = dir.join("cert.der");
         let out = std::process::Command::new("openssl")
-            .args(["req", "-x509", "-config"])
+            .arg("req")
+            .args(if x509 { &["-x509"][..] } else { &[][..] })
+            .arg("-config")
             .arg(&cnf)
             .args([
                 "-newkey",
@@ -127,7 +222,7 @@ mod tests {
             ])
             .arg("-keyout")
             .arg(dir.join("key.pem"))
-            .args(["-outform", "DER", "-days", "1", "-out"])
+            .args(["-outform", if x509 { "DER" } else { "PEM" }, "-out"])
             .arg(&der)
             .output()
             .expect("openssl runs (the test script installs it)");
@@ -152,6 +247,36 @@ mod tests {
         assert_eq!(u.groups, vec!["devs", "ops", "system:authenticated"]);
         let id = &u.extra["authentication.kubernetes.io/credential-id"][0];
         assert!(id.starts_with("X509SHA256=") && id.len() == 11 + 64, "{id}");
+    }
+
+    /// Every Organization counts (rcgen keeps one per type; openssl, as
+    /// users do, writes several), and what does not read is refused.
+    #[test]
+    fn certificate_requests_read_as_kube_reads_them() {
+        let pem = request(Some("carol"), &["devs", "system:masters"]);
+        assert_eq!(
+            parse_certificate_request(&pem).expect("reads"),
+            RequestSubject {
+                common_name: Some("carol".into()),
+                organizations: vec!["devs".into(), "system:masters".into()],
+            }
+        );
+        let cases: &[(&[u8], CsrError)] = &[
+            (b"", CsrError::NotCsrPem),
+            (
+                b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+                CsrError::NotCsrPem,
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(parse_certificate_request(input).as_ref(), Err(want));
+        }
+        assert!(matches!(
+            parse_certificate_request(
+                b"-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE REQUEST-----\n"
+            ),
+            Err(CsrError::Malformed(_))
+        ));
     }
 
     #[test]

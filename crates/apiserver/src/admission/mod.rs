@@ -6,8 +6,11 @@
 //!    before the next call. When a later webhook changed the object, the
 //!    earlier ones with `reinvocationPolicy: IfNeeded` are called once more.
 //! 2. The object is validated against its schema (in [`crate::rest`]).
-//! 3. Validating webhooks (`ValidatingWebhookConfiguration`) are called in
-//!    parallel; any denial fails the request.
+//! 3. The built-in validating plugins ([`certificates`]: kube's
+//!    CertificateSubjectRestriction, CertificateApproval and
+//!    CertificateSigning), then the validating webhooks
+//!    (`ValidatingWebhookConfiguration`), called in parallel; any denial
+//!    fails the request.
 //!
 //! Matching follows the configuration's `rules` (operations, apiGroups,
 //! apiVersions, resources with `*`, `*/*` and subresources, scope),
@@ -27,6 +30,7 @@
 //! in the exempt namespaces (`kube-system` unless changed with
 //! [`ApiServer::set_admission_exempt_namespaces`]).
 
+mod certificates;
 mod client;
 mod config;
 
@@ -575,6 +579,9 @@ pub(crate) async fn validate(
     r: &Request<'_>,
     obj: Option<&Value>,
 ) -> ApiResult<Vec<String>> {
+    // The built-in validating plugins run before the webhooks, as
+    // kube-apiserver orders them.
+    certificates::validate(ctx, r, obj)?;
     let adm = &ctx.server.inner.admission;
     let snap = adm.validating.current(ctx.server.store());
     if snap.webhooks.is_empty() || exempt(ctx, r) {

@@ -407,6 +407,58 @@ impl AccessPolicy {
     }
 }
 
+impl AccessPolicy {
+    /// The pieces of `pieces` (each one group, resource, verb and name, or
+    /// URL and verb: [`breakdown`](crate::rbac::escalation::breakdown))
+    /// that a Deny binding naming `user` could refuse in `namespace` ("":
+    /// the cluster scope), or in any namespace when `every_namespace` — a
+    /// grant there gives what its writer is denied. A Deny counts whatever
+    /// its conditions (they may hold when the grant is used), and one whose
+    /// role cannot be resolved takes every piece (it refuses everything).
+    pub fn denied_pieces(
+        &self,
+        user: &UserInfo,
+        namespace: &str,
+        every_namespace: bool,
+        pieces: &[Rule],
+    ) -> Vec<Rule> {
+        let scopes: Vec<_> = if every_namespace {
+            self.bindings.all_scopes().collect()
+        } else {
+            self.bindings.scopes(namespace).collect()
+        };
+        let mut ids = Vec::new();
+        let mut denied = vec![false; pieces.len()];
+        for scope in scopes {
+            scope.ids(user, &mut ids);
+            for &i in &ids {
+                let Some(b) = scope.bindings.get(i as usize) else {
+                    continue;
+                };
+                if b.effect != Effect::Deny {
+                    continue;
+                }
+                for (p, hit) in pieces.iter().zip(denied.iter_mut()) {
+                    *hit = *hit
+                        || match &b.rules {
+                            Ok(r) => r
+                                .rules
+                                .iter()
+                                .any(|d| crate::rbac::escalation::rules_meet(d, p)),
+                            Err(_) => true,
+                        };
+                }
+            }
+        }
+        pieces
+            .iter()
+            .zip(denied)
+            .filter(|(_, d)| *d)
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+}
+
 /// Every rule the role `role_ref`, referred to from `namespace`, grants
 /// with its parents' (`roles` standing for the stored AccessRoles and
 /// ClusterAccessRoles, RBAC roles from `rbac`), or why it cannot be

@@ -232,7 +232,7 @@ pub fn validate_policy_rule(
 
 /// kube's `ValidateRoleBindingSubject`, taking an empty `apiGroup` on User
 /// and Group subjects as kube's defaulting fills it.
-fn validate_subject(s: &Subject, namespaced: bool, field: &str, out: &mut Vec<Cause>) {
+pub fn validate_subject(s: &Subject, namespaced: bool, field: &str, out: &mut Vec<Cause>) {
     if s.name.is_empty() {
         out.push(Cause::required(&format!("{field}.name"), ""));
     }

@@ -104,6 +104,53 @@ pub fn uncovered(held: &[Rule], asked: &[Rule]) -> Vec<Rule> {
         .collect()
 }
 
+/// Whether two resource entries (`pods`, `pods/log`, `*`, `*/scale`) can
+/// name the same resource: `*` names every resource and subresource.
+fn resources_meet(a: &str, b: &str) -> bool {
+    if a == "*" || b == "*" || a == b {
+        return true;
+    }
+    match (a.split_once('/'), b.split_once('/')) {
+        (Some((ra, sa)), Some((rb, sb))) => sa == sb && (ra == "*" || rb == "*" || ra == rb),
+        _ => false,
+    }
+}
+
+/// Whether two non-resource URL entries (`/healthz`, `/api/*`, `*`) can
+/// name the same path.
+fn urls_meet(a: &str, b: &str) -> bool {
+    a == b
+        || a.strip_suffix('*').is_some_and(|pa| b.starts_with(pa))
+        || b.strip_suffix('*').is_some_and(|pb| a.starts_with(pb))
+}
+
+/// Whether a request could match both `rule` and `piece` (a piece of
+/// [`breakdown`]): every dimension shares a value, `*` sharing with all,
+/// and a side without names matching every name. What a Deny rule takes
+/// from a grant: a grant overlapping it gives what its writer is denied.
+pub fn rules_meet(rule: &Rule, piece: &Rule) -> bool {
+    let sets_meet = |a: &[String], b: &[String], meet: &dyn Fn(&str, &str) -> bool| {
+        a.iter().any(|x| b.iter().any(|y| meet(x, y)))
+    };
+    let plain = |x: &str, y: &str| x == "*" || y == "*" || x == y;
+    if !sets_meet(&rule.verbs, &piece.verbs, &plain) {
+        return false;
+    }
+    if !piece.non_resource_urls.is_empty() {
+        return sets_meet(
+            &rule.non_resource_urls,
+            &piece.non_resource_urls,
+            &urls_meet,
+        );
+    }
+    let names = rule.resource_names.is_empty()
+        || piece.resource_names.is_empty()
+        || sets_meet(&rule.resource_names, &piece.resource_names, &|x, y| x == y);
+    sets_meet(&rule.api_groups, &piece.api_groups, &plain)
+        && sets_meet(&rule.resources, &piece.resources, &resources_meet)
+        && names
+}
+
 /// A rule's one group, one resource and at most one name (kube's
 /// `simpleResource`).
 type SimpleResource = (String, String, Option<String>);
@@ -261,6 +308,85 @@ mod tests {
             uncovered(&[named], &[rule(&[""], &["configmaps"], &["get"], &[])]).len(),
             1
         );
+    }
+
+    /// (deny rule, granted piece, whether a request can match both).
+    #[test]
+    fn a_grant_meets_a_deny_when_some_request_matches_both() {
+        let url = |u: &[&str], v: &[&str]| Rule {
+            non_resource_urls: u.iter().map(|x| x.to_string()).collect(),
+            verbs: v.iter().map(|x| x.to_string()).collect(),
+            ..Rule::default()
+        };
+        let secrets = rule(&[""], &["secrets"], &["get"], &[]);
+        let cases = [
+            (
+                secrets.clone(),
+                rule(&[""], &["secrets"], &["get"], &[]),
+                true,
+            ),
+            (secrets.clone(), rule(&["*"], &["*"], &["*"], &[]), true),
+            (
+                secrets.clone(),
+                rule(&[""], &["secrets"], &["get"], &["a"]),
+                true,
+            ),
+            (
+                secrets.clone(),
+                rule(&[""], &["secrets"], &["list"], &[]),
+                false,
+            ),
+            (
+                secrets.clone(),
+                rule(&["apps"], &["secrets"], &["get"], &[]),
+                false,
+            ),
+            (
+                secrets.clone(),
+                rule(&[""], &["secrets/status"], &["get"], &[]),
+                false,
+            ),
+            (
+                rule(&[""], &["secrets"], &["get"], &["a"]),
+                rule(&[""], &["secrets"], &["get"], &["b"]),
+                false,
+            ),
+            (
+                rule(&[""], &["secrets"], &["get"], &["a"]),
+                rule(&[""], &["secrets"], &["get"], &[]),
+                true,
+            ),
+            (
+                rule(&["apps"], &["*/scale"], &["update"], &[]),
+                rule(&["apps"], &["deployments/scale"], &["*"], &[]),
+                true,
+            ),
+            (
+                rule(&["apps"], &["deployments/scale"], &["update"], &[]),
+                rule(&["apps"], &["deployments"], &["update"], &[]),
+                false,
+            ),
+            (
+                rule(&["*"], &["*"], &["*"], &[]),
+                url(&["/healthz"], &["get"]),
+                false,
+            ),
+            (
+                url(&["/api/*"], &["get"]),
+                url(&["/api/v1"], &["get"]),
+                true,
+            ),
+            (
+                url(&["/api/v1"], &["get"]),
+                url(&["/api/*"], &["get"]),
+                true,
+            ),
+            (url(&["/apis"], &["get"]), url(&["/api"], &["get"]), false),
+            (url(&["*"], &["*"]), url(&["/metrics"], &["get"]), true),
+        ];
+        for (deny, piece, want) in cases {
+            assert_eq!(rules_meet(&deny, &piece), want, "{deny:?} vs {piece:?}");
+        }
     }
 
     #[test]
