@@ -75,6 +75,16 @@ impl Cause {
         }
     }
 
+    /// A `FieldValueNotFound` cause for a string value
+    /// (`Not found: "x"`).
+    pub fn not_found(field: &str, value: &str) -> Cause {
+        Cause {
+            reason: "FieldValueNotFound".into(),
+            message: format!("Not found: {}", gofmt::quote(value)),
+            field: field.into(),
+        }
+    }
+
     /// A `FieldValueDuplicate` cause for a string value
     /// (`Duplicate value: "x"`).
     pub fn duplicate(field: &str, value: &str) -> Cause {
@@ -268,6 +278,55 @@ pub fn is_dns1123_label(s: &str) -> Vec<String> {
                 &["my-name", "123-abc"],
             ));
         }
+    }
+    errs
+}
+
+/// Problems with `p` as a path that stays under the directory it is
+/// joined to (kube's `validateLocalDescendingPath`): not absolute, no `..`
+/// element. Volume item paths, `subPath` and `subPathExpr` are checked
+/// with it before anything joins them onto a host directory.
+pub fn is_local_descending_path(p: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if p.starts_with('/') {
+        errs.push("must be a relative path".to_string());
+    }
+    if p.split('/').any(|part| part == "..") {
+        errs.push("must not contain '..'".to_string());
+    }
+    errs
+}
+
+/// Problems with `n` as a network port number (Go's `IsValidPortNum`).
+pub fn is_valid_port_num(n: i64) -> Vec<String> {
+    if (1..=65535).contains(&n) {
+        Vec::new()
+    } else {
+        vec!["must be between 1 and 65535, inclusive".to_string()]
+    }
+}
+
+/// Problems with `name` as a port name, an IANA service name (Go's
+/// `IsValidPortName`).
+pub fn is_valid_port_name(name: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if name.len() > 15 {
+        errs.push("must be no more than 15 characters".to_string());
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        errs.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".into());
+    }
+    if !name.bytes().any(|b| b.is_ascii_lowercase()) {
+        errs.push("must contain at least one letter (a-z)".into());
+    }
+    if name.contains("--") {
+        errs.push("must not contain consecutive hyphens".into());
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        errs.push("must not begin or end with a hyphen".into());
     }
     errs
 }

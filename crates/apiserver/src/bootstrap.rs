@@ -41,6 +41,9 @@ pub const RESYNC: Duration = Duration::from_secs(1);
 /// range (10.96.0.0/12) that `strategy.rs` allocates from.
 pub const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
 
+/// The service range ClusterIPs are allocated from and must lie in.
+pub const SERVICE_CIDR: &str = "10.96.0.0/12";
+
 /// The label kube's autoregister controller puts on the APIServices it owns.
 const AUTOMANAGED: &str = "kube-aggregator.kubernetes.io/automanaged";
 

@@ -48,6 +48,7 @@ pub mod metrics;
 pub mod nodeproxy;
 mod object;
 mod patch;
+mod pod_validation;
 mod priority;
 mod projection;
 mod protobuf;

@@ -116,32 +116,12 @@ pub fn prepare_update(ctx: &Ctx<'_>, obj: &mut Value, old: &Value) {
 
 /// Kind-specific validation beyond schema and names.
 pub fn validate(ctx: &Ctx<'_>, obj: &Value, causes: &mut Vec<Cause>) {
-    if ctx.def.strategy == Strategy::Pod {
-        let containers = obj.pointer("/spec/containers").and_then(Value::as_array);
-        if containers.is_none_or(Vec::is_empty) {
-            causes.push(Cause {
-                reason: "FieldValueRequired".into(),
-                message: "Required value".into(),
-                field: "spec.containers".into(),
-            });
-        }
-        for (i, c) in containers
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
-            .iter()
-            .enumerate()
-        {
-            if c.get("image")
-                .and_then(Value::as_str)
-                .is_none_or(str::is_empty)
-            {
-                causes.push(Cause {
-                    reason: "FieldValueRequired".into(),
-                    message: "Required value".into(),
-                    field: format!("spec.containers[{i}].image"),
-                });
-            }
-        }
+    if ctx.def.custom.is_none()
+        && let Some((spec, field)) = crate::pod_validation::pod_spec_of(&ctx.def.kind, obj)
+    {
+        let mut found = Vec::new();
+        crate::pod_validation::validate_pod_spec(spec, field, &mut found);
+        causes.extend(found.into_iter().map(Cause::from));
     }
     if ctx.def.strategy == Strategy::Crd {
         crate::crd::validate(obj, causes);
@@ -149,12 +129,79 @@ pub fn validate(ctx: &Ctx<'_>, obj: &Value, causes: &mut Vec<Cause>) {
     if ctx.def.strategy == Strategy::Namespace {
         validate_namespace_finalizers(obj, causes);
     }
+    if ctx.def.strategy == Strategy::Service {
+        validate_cluster_ips(obj, causes);
+    }
     crate::access_policy::validate(ctx, obj, causes);
     if ctx.def.strategy == Strategy::Workload {
         validate_workload_selector(&ctx.def.kind, obj, causes);
     }
     if ctx.def.custom.is_none() && ctx.def.strategy != Strategy::Crd {
         validate_kube_finalizer_names(obj, causes);
+    }
+}
+
+/// A Service's `spec.clusterIPs` (a user may choose them): each an IPv4
+/// address in the service range (`10.96.0.0/12`, what kube's allocator
+/// answers for one outside it), or `None` for a headless ClusterIP
+/// Service. The proxy writes these into nftables; an address the host or
+/// a pod uses would capture its traffic.
+fn validate_cluster_ips(obj: &Value, causes: &mut Vec<Cause>) {
+    let Some(spec) = obj.get("spec") else {
+        return;
+    };
+    let ty = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP");
+    if ty == "ExternalName" {
+        return;
+    }
+    let range = crate::bootstrap::SERVICE_CIDR;
+    let ips: Vec<&str> = spec
+        .get("clusterIPs")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut outside = Vec::new();
+    for (i, ip) in ips.iter().enumerate() {
+        let field = format!("spec.clusterIPs[{i}]");
+        if *ip == "None" {
+            if ty != "ClusterIP" {
+                causes.push(Cause::from(kubeforge_apimachinery::names::Cause::invalid(
+                    &field,
+                    ip,
+                    &format!("may not be set to 'None' for {ty} services"),
+                )));
+            }
+            continue;
+        }
+        match ip.parse::<std::net::IpAddr>() {
+            Err(_) => causes.push(Cause::from(kubeforge_apimachinery::names::Cause::invalid(
+                &field,
+                ip,
+                "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+            ))),
+            Ok(addr) => {
+                let net = kubeforge_apimachinery::net::IpNet::parse(range);
+                if net.is_ok_and(|n| !n.contains(addr) || n.addr() == addr) {
+                    outside.push(*ip);
+                }
+            }
+        }
+    }
+    if let Some(ip) = outside.first() {
+        let list: Vec<String> = ips
+            .iter()
+            .map(|s| kubeforge_apimachinery::gofmt::quote(s))
+            .collect();
+        causes.push(Cause::from(kubeforge_apimachinery::names::Cause::invalid_rendered(
+            "spec.clusterIPs",
+            &format!("[]string{{{}}}", list.join(", ")),
+            &format!(
+                "failed to allocate IP {ip}: the provided IP ({ip}) is not in the valid range. The range of valid IPs is {range}"
+            ),
+        )));
     }
 }
 
@@ -663,14 +710,22 @@ fn default_service(obj: &mut Value) {
         .unwrap_or("ClusterIP")
         .to_string();
     if ty != "ExternalName" {
-        if spec
+        match spec
             .get("clusterIP")
             .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
+            .filter(|ip| !ip.is_empty())
         {
-            let ip = allocate_cluster_ip();
-            spec.insert("clusterIP".into(), json!(ip));
-            spec.insert("clusterIPs".into(), json!([ip]));
+            None => {
+                let ip = allocate_cluster_ip();
+                spec.insert("clusterIP".into(), json!(ip));
+                spec.insert("clusterIPs".into(), json!([ip]));
+            }
+            // A chosen address is validated as clusterIPs[0].
+            Some(ip) if spec.get("clusterIPs").is_none_or(Value::is_null) => {
+                let ip = ip.to_string();
+                spec.insert("clusterIPs".into(), json!([ip]));
+            }
+            Some(_) => {}
         }
         set_default(spec, "ipFamilies", json!(["IPv4"]));
         set_default(spec, "ipFamilyPolicy", json!("SingleStack"));

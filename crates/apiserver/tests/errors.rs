@@ -780,3 +780,80 @@ async fn bookmarks_of_a_quiet_watch_move_with_the_store() {
         "the bookmark's resourceVersion {rv} covers the other writes (last {last})"
     );
 }
+
+/// Pods and Services whose names, paths or addresses would reach the
+/// host: refused with kube's 422 and nothing stored (the review's hostile
+/// objects, and `validation_test.go`'s cases for them).
+#[tokio::test]
+async fn objects_that_would_take_the_host_are_invalid() {
+    let server = ApiServer::in_memory().await;
+    let label = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+    // (path, body, message)
+    let cases = [
+        (
+            "/api/v1/namespaces/default/pods",
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root"},
+                   "spec": {"volumes": [{"name": "/", "emptyDir": {}}],
+                            "containers": [{"name": "../../x", "image": "busybox",
+                                            "volumeMounts": [{"name": "/", "mountPath": "/host"}]}]}}),
+            format!("Pod \"root\" is invalid: [spec.volumes[0].name: Invalid value: \"/\": {label}, spec.containers[0].name: Invalid value: \"../../x\": {label}, spec.containers[0].volumeMounts[0].name: Not found: \"/\"]"),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/deployments",
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+                   "spec": {"selector": {"matchLabels": {"a": "b"}},
+                            "template": {"metadata": {"labels": {"a": "b"}},
+                                         "spec": {"volumes": [{"name": "cm", "configMap": {"name": "x", "items": [{"key": "k", "path": "/etc/cron.d/x"}]}}],
+                                                  "containers": [{"name": "c", "image": "busybox"}]}}}}),
+            "Deployment.apps \"d\" is invalid: spec.template.spec.volumes[0].configMap.items[0].path: Invalid value: \"/etc/cron.d/x\": must be a relative path".to_string(),
+        ),
+        (
+            "/api/v1/namespaces/default/services",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "capture"},
+                   "spec": {"clusterIP": "1.1.1.1", "ports": [{"port": 53}]}}),
+            "Service \"capture\" is invalid: spec.clusterIPs: Invalid value: []string{\"1.1.1.1\"}: failed to allocate IP 1.1.1.1: the provided IP (1.1.1.1) is not in the valid range. The range of valid IPs is 10.96.0.0/12".to_string(),
+        ),
+        (
+            "/api/v1/namespaces/default/services",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "inject"},
+                   "spec": {"clusterIP": "10.96.0.9; flush ruleset", "ports": [{"port": 53}]}}),
+            "Service \"inject\" is invalid: spec.clusterIPs[0]: Invalid value: \"10.96.0.9; flush ruleset\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)".to_string(),
+        ),
+        (
+            "/api/v1/namespaces/default/services",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "headless-np"},
+                   "spec": {"type": "NodePort", "clusterIP": "None", "ports": [{"port": 53}]}}),
+            "Service \"headless-np\" is invalid: spec.clusterIPs[0]: Invalid value: \"None\": may not be set to 'None' for NodePort services".to_string(),
+        ),
+    ];
+    for (path, body, message) in cases {
+        let (code, status) = call(
+            &server,
+            Method::POST,
+            path,
+            "application/json",
+            body.to_string(),
+        )
+        .await;
+        assert_eq!(code, 422, "{status}");
+        assert_eq!(status["message"], message.as_str(), "{status}");
+        let name = body["metadata"]["name"].as_str().expect("name");
+        let (code, _) = call(&server, Method::GET, &format!("{path}/{name}"), "", "").await;
+        assert_eq!(code, 404, "{name} was stored");
+    }
+    // What kube accepts still is: a headless Service, an address in range.
+    for (name, ip) in [("headless", "None"), ("chosen", "10.96.7.7")] {
+        let (code, status) = call(
+            &server,
+            Method::POST,
+            "/api/v1/namespaces/default/services",
+            "application/json",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                   "spec": {"clusterIP": ip, "ports": [{"port": 53}]}})
+            .to_string(),
+        )
+        .await;
+        assert_eq!(code, 201, "{status}");
+        assert_eq!(status["spec"]["clusterIPs"][0], ip);
+    }
+}

@@ -148,9 +148,11 @@ struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     token_auth_file: Option<PathBuf>,
     /// Networks of reverse proxies whose `X-Forwarded-For` header names the
-    /// client address that AccessBinding `sourceCIDRs` conditions check
-    /// (the first address in it). Anyone else's header is ignored.
-    /// Repeatable or comma-separated.
+    /// client address that AccessBinding `sourceCIDRs` conditions check:
+    /// the first entry from the right that is not one of these proxies
+    /// (entries left of it are the client's own; a missing header or an
+    /// entry that is not an address fails those conditions). Anyone else's
+    /// header is ignored. Repeatable or comma-separated.
     #[arg(long = "authz-trusted-proxies", value_name = "CIDR", value_delimiter = ',', value_parser = parse_cidr)]
     trusted_proxies: Vec<kubeforge_apimachinery::net::IpNet>,
     /// Write audit events (`audit.k8s.io/v1` Event JSON lines) here,

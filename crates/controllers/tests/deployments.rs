@@ -723,12 +723,13 @@ async fn rollout_undo_after_the_progress_deadline_does_not_time_out() {
 async fn rejected_template_sets_replica_failure_without_hot_looping() {
     let env = start().await;
     let api: Api<Deployment> = Api::default_namespaced(env.client.clone());
-    // A container without an image passes Deployment validation here but
-    // its pods are rejected.
+    // A PriorityClass that does not exist passes Deployment validation (as
+    // in kube) but the Priority admission plugin rejects its pods.
     let d: Deployment = obj(json!({
         "metadata": {"name": "bad"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "bad"}},
-            "template": {"metadata": {"labels": {"app": "bad"}}, "spec": {"containers": [{"name": "c", "image": ""}]}}}
+            "template": {"metadata": {"labels": {"app": "bad"}},
+                "spec": {"priorityClassName": "no-such-class", "containers": [{"name": "c", "image": "nginx"}]}}}
     }));
     api.create(&PostParams::default(), &d)
         .await

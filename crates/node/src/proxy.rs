@@ -74,10 +74,17 @@ pub fn service_ports(services: &[Service], slices: &[EndpointSlice]) -> Vec<Serv
     let mut out = Vec::new();
     for svc in services {
         let Some(spec) = &svc.spec else { continue };
-        let ip = spec.cluster_ip.clone().unwrap_or_default();
-        if ip.is_empty() || ip == "None" || ip.contains(':') {
+        // Only what parses as an address reaches the rules: the API
+        // validates ClusterIPs, and a value stored before that (or by a
+        // server that does not) must not break or inject into the ruleset.
+        let Some(ip) = spec
+            .cluster_ip
+            .as_deref()
+            .and_then(|ip| ip.parse::<std::net::Ipv4Addr>().ok())
+            .map(|ip| ip.to_string())
+        else {
             continue;
-        }
+        };
         let ns = svc.metadata.namespace.clone().unwrap_or_default();
         let name = svc.metadata.name.clone().unwrap_or_default();
         let mine: Vec<&EndpointSlice> = slices
@@ -98,6 +105,9 @@ pub fn service_ports(services: &[Service], slices: &[EndpointSlice]) -> Vec<Serv
                 .clone()
                 .unwrap_or_else(|| "TCP".into())
                 .to_lowercase();
+            if !matches!(protocol.as_str(), "tcp" | "udp" | "sctp") {
+                continue;
+            }
             let port_name = p.name.clone().unwrap_or_default();
             let mut endpoints = Vec::new();
             for s in &mine {
@@ -122,7 +132,9 @@ pub fn service_ports(services: &[Service], slices: &[EndpointSlice]) -> Vec<Serv
                         continue;
                     }
                     for a in &e.addresses {
-                        endpoints.push((a.clone(), tp));
+                        if let Ok(addr) = a.parse::<std::net::Ipv4Addr>() {
+                            endpoints.push((addr.to_string(), tp));
+                        }
                     }
                 }
             }
@@ -176,7 +188,9 @@ pub fn ruleset(target: &ProxyTarget, ports: &[ServicePort]) -> String {
         let _ = writeln!(
             chains,
             "\tchain svc-{i} {{\n\t\tcomment \"{}\"",
-            p.id.replace('"', "")
+            p.id.chars()
+                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '/' | ':' | '_'))
+                .collect::<String>()
         );
         let _ = writeln!(chains, "\t\tmeta mark set meta mark | 0x4000");
         let arms: Vec<String> = (0..p.endpoints.len())

@@ -60,6 +60,67 @@ fn plugin_dir(v: &Volume) -> Option<&'static str> {
     })
 }
 
+/// Refuse a pod whose volume or container names are not DNS-1123 labels
+/// before any of them is joined onto a host path. The API server refuses
+/// such pods; a pod from another server, or stored before it did, must
+/// not make this agent write outside its directories (a volume named `/`
+/// would otherwise replace the base directory).
+fn check_names(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), VolumeError> {
+    let containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+        .map(|c| ("container", c.name.as_str()));
+    let volumes = spec
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| ("volume", v.name.as_str()));
+    for (what, name) in volumes.chain(containers) {
+        if !kubeforge_apimachinery::names::is_dns1123_label(name).is_empty() {
+            return Err(VolumeError {
+                volume: name.to_string(),
+                reason: format!(
+                    "{what} name {name:?} is not a DNS-1123 label; it is not used in a host path"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `dir` joined with the relative `sub`, refusing a `sub` that is
+/// absolute, has a `..`, or passes through a symbolic link inside `dir`
+/// (one a container planted would lead the bind mount anywhere on the
+/// host, CVE-2017-1002101). Missing directories are made, each checked
+/// as it is reached.
+fn beneath(dir: &Path, sub: &str) -> Result<PathBuf, String> {
+    if !kubeforge_apimachinery::names::is_local_descending_path(sub).is_empty() {
+        return Err(format!(
+            "subPath {sub:?} must be a relative path without '..'"
+        ));
+    }
+    let mut at = dir.to_path_buf();
+    for part in sub.split('/').filter(|p| !p.is_empty() && *p != ".") {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!(
+                    "subPath {sub:?} passes through a symbolic link ({}); refusing to follow it",
+                    at.display()
+                ));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir(&at).map_err(|e| e.to_string())?;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(at)
+}
+
 /// Write `files` (relative path → content, mode) into `dir`, replacing
 /// what was there: each file is written beside and renamed, so a reader
 /// sees the old content or the new.
@@ -269,6 +330,7 @@ impl PodVolumes {
     ) -> Result<(), VolumeError> {
         let (_, ns, uid) = crate::pod::identity(pod);
         let spec = pod.spec.clone().unwrap_or_default();
+        check_names(&spec)?;
         let base = pod_dir(root, uid).join("volumes");
         let mut renew: Option<Instant> = None;
         for v in spec.volumes.iter().flatten() {
@@ -423,19 +485,10 @@ impl PodVolumes {
             })?;
             let mut host = dir.clone();
             if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
-                if sub.starts_with('/') || sub.split('/').any(|p| p == "..") {
-                    return Err(VolumeError {
-                        volume: m.name.clone(),
-                        reason: format!("subPath {sub:?} must be a relative path without '..'"),
-                    });
-                }
-                host = dir.join(sub);
-                if !host.exists() {
-                    std::fs::create_dir_all(&host).map_err(|e| VolumeError {
-                        volume: m.name.clone(),
-                        reason: e.to_string(),
-                    })?;
-                }
+                host = beneath(dir, sub).map_err(|reason| VolumeError {
+                    volume: m.name.clone(),
+                    reason,
+                })?;
             }
             let propagation = match m.mount_propagation.as_deref() {
                 Some("HostToContainer") => api::MountPropagation::PropagationHostToContainer,
@@ -465,5 +518,63 @@ impl PodVolumes {
         {
             tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the pod's volumes");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (subPath, what is planted in the volume first, whether it is
+    /// refused): a symlink a container made, anywhere on the way, is never
+    /// followed.
+    #[test]
+    fn sub_paths_stay_beneath_their_volume() {
+        let root = std::env::temp_dir().join(format!("kubeforge-subpath-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let host = root.join("host");
+        std::fs::create_dir_all(&host).expect("host dir");
+        let cases: &[(&str, Option<&str>, bool)] = &[
+            ("data", None, false),
+            ("a/b/c", None, false),
+            ("escape", Some("escape"), true),
+            ("x/escape/y", Some("x/escape"), true),
+            ("../up", None, true),
+            ("/abs", None, true),
+        ];
+        for (i, (sub, link, refused)) in cases.iter().enumerate() {
+            let vol = root.join(format!("vol-{i}"));
+            std::fs::create_dir_all(&vol).expect("volume dir");
+            if let Some(l) = link {
+                let at = vol.join(l);
+                std::fs::create_dir_all(at.parent().expect("parent")).expect("parents");
+                std::os::unix::fs::symlink(&host, &at).expect("plant a symlink");
+            }
+            let got = beneath(&vol, sub);
+            assert_eq!(got.is_err(), *refused, "{sub}: {got:?}");
+            if let Ok(p) = got {
+                assert!(p.starts_with(&vol) && p.is_dir(), "{}", p.display());
+            }
+        }
+        assert_eq!(
+            std::fs::read_dir(&host).expect("host").count(),
+            0,
+            "nothing was made in the host directory"
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn names_that_are_not_labels_never_reach_a_path() {
+        let spec: k8s_openapi::api::core::v1::PodSpec = serde_json::from_value(serde_json::json!({
+            "volumes": [{"name": "/", "emptyDir": {}}],
+            "containers": [{"name": "c", "image": "i"}]}))
+        .expect("spec");
+        let e = check_names(&spec).expect_err("refused");
+        assert_eq!(e.volume, "/");
+        let spec: k8s_openapi::api::core::v1::PodSpec = serde_json::from_value(serde_json::json!({
+            "containers": [{"name": "../../x", "image": "i"}]}))
+        .expect("spec");
+        assert!(check_names(&spec).is_err());
     }
 }
