@@ -16,7 +16,7 @@
 //!   Allow access bindings; and a grant overlapping a rule of a Deny access
 //!   binding naming the writer is refused whatever RBAC holds (in any
 //!   namespace for a ClusterRoleBinding), so nobody hands on what they are
-//!   denied.
+//!   denied — a binding written with `bind` on its role included.
 //!
 //! Refusals are kube's 403: `roles.rbac.authorization.k8s.io "r" is
 //! forbidden: user "x" (groups=[…]) is attempting to grant RBAC
@@ -172,7 +172,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, obj: &Value, old: Option<&Value>) -> ApiResul
                 "Role" => Some("roles"),
                 _ => None,
             };
-            if let Some(resource) = resource {
+            let may_bind = resource.is_some_and(|resource| {
                 let bind = Attributes::resource(
                     (**user).clone(),
                     "bind",
@@ -183,21 +183,25 @@ pub(crate) fn check(ctx: &Ctx<'_>, obj: &Value, old: Option<&Value>) -> ApiResul
                     "",
                     role,
                 );
-                if access.decide(server, &bind).allowed() {
-                    return Ok(());
-                }
-            }
+                access.decide(server, &bind).allowed()
+            });
             if gc_only {
                 return Ok(());
             }
             let snap = access.snapshot(server);
-            let granted = snap
-                .rbac
-                .policy()
-                .role_ref_rules(kind, role, &ns)
-                .map_err(|e| forbidden(&e))?;
-            let (held, errors) = held_rules(&snap, user, &ns);
-            confirm_no_escalation(user, &held, &errors, &granted).map_err(|m| forbidden(&m))?;
+            let granted = match snap.rbac.policy().role_ref_rules(kind, role, &ns) {
+                Ok(g) => g,
+                // `bind` may name a role that does not exist yet (kube).
+                Err(_) if may_bind => return Ok(()),
+                Err(e) => return Err(forbidden(&e)),
+            };
+            // `bind` lets a writer hand on a role without holding it, as in
+            // kube; what an access binding denies them stays refused even
+            // then (a Deny is the last word on what they may reach).
+            if !may_bind {
+                let (held, errors) = held_rules(&snap, user, &ns);
+                confirm_no_escalation(user, &held, &errors, &granted).map_err(|m| forbidden(&m))?;
+            }
             // A ClusterRoleBinding grants in every namespace.
             confirm_not_denied(&snap, user, &ns, ns.is_empty(), &granted).map_err(|m| forbidden(&m))
         }
@@ -245,6 +249,8 @@ fn check_access_policy(ctx: &Ctx<'_>, obj: &Value, old: Option<&Value>) -> ApiRe
         );
         access.decide(server, &a).allowed()
     };
+    // An Allow binding's writer may hold `bind` on its role.
+    let mut may_bind = false;
     let (role_ref, roles) = if def.plural.ends_with("roles") {
         // Validation passed before this runs; an object that does not read
         // is refused there.
@@ -270,22 +276,26 @@ fn check_access_policy(ctx: &Ctx<'_>, obj: &Value, old: Option<&Value>) -> ApiRe
         let Ok(b) = BindingObject::from_value(obj, def.namespaced) else {
             return Ok(());
         };
-        if b.effect == Effect::Deny
-            || may(
-                "bind",
-                b.role_ref.kind.group(),
-                b.role_ref.kind.resource(),
-                &b.role_ref.name,
-            )
-        {
+        if b.effect == Effect::Deny {
             return Ok(());
         }
+        may_bind = may(
+            "bind",
+            b.role_ref.kind.group(),
+            b.role_ref.kind.resource(),
+            &b.role_ref.name,
+        );
         (b.role_ref, stored)
     };
-    let granted =
-        effective_rules(&roles, rbac.policy(), &role_ref, &ns).map_err(|e| forbidden(&e))?;
-    let (held, errors) = held_rules(&snap, user, &ns);
-    confirm_no_escalation(user, &held, &errors, &granted).map_err(|m| forbidden(&m))?;
+    let granted = match effective_rules(&roles, rbac.policy(), &role_ref, &ns) {
+        Ok(g) => g,
+        Err(_) if may_bind => return Ok(()),
+        Err(e) => return Err(forbidden(&e)),
+    };
+    if !may_bind {
+        let (held, errors) = held_rules(&snap, user, &ns);
+        confirm_no_escalation(user, &held, &errors, &granted).map_err(|m| forbidden(&m))?;
+    }
     let binding = !def.plural.ends_with("roles");
     confirm_not_denied(&snap, user, &ns, binding && ns.is_empty(), &granted)
         .map_err(|m| forbidden(&m))

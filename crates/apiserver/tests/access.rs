@@ -1668,6 +1668,33 @@ async fn nobody_grants_what_an_access_binding_denies_them() {
             }
         }
     }
+    // `bind` on the role lets bob hand on what he does not hold, as in
+    // kube, but not what he is denied.
+    grant(
+        &admin,
+        "binds-readers",
+        "bob",
+        json!([
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+         "resourceNames": ["reads-all"], "verbs": ["bind"]}]),
+    )
+    .await;
+    let e = api_error(
+        bindings
+            .create(
+                &PostParams::default(),
+                &to_sa("helper-all-bound", "reads-all"),
+            )
+            .await
+            .expect_err("bind does not lift a Deny"),
+    );
+    assert_eq!(e.code, 403);
+    assert!(
+        e.message
+            .contains("denied to it by an access binding with effect Deny"),
+        "{}",
+        e.message
+    );
     // A Role granting it is refused the same way.
     let e = api_error(
         Api::<Role>::namespaced(bob, "default")
