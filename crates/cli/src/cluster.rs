@@ -168,6 +168,11 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
+    /// Whether pods really run here (`--container-nodes`).
+    pub fn runs_containers(&self) -> bool {
+        self.container_nodes > 0
+    }
+
     /// Refuse (exit 2) what cannot be served, before anything starts.
     pub fn check(&self) {
         if let Some(addr) = self.state_metrics {

@@ -321,6 +321,19 @@ async fn serve(mut args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Re
             )
             .exit();
     }
+    if args.insecure_http
+        && cluster
+            .as_ref()
+            .is_some_and(cluster::ClusterArgs::runs_containers)
+    {
+        use clap::CommandFactory;
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "refusing --insecure-http with --container-nodes: every pod with hostNetwork could reach the unauthenticated API on loopback and be an administrator. Drop --insecure-http (HTTPS with client certificates is the default)",
+            )
+            .exit();
+    }
     if let Some(c) = &cluster {
         c.check();
     }

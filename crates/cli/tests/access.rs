@@ -125,6 +125,26 @@ fn plain_http_is_refused_off_loopback() {
         err.contains("refusing to serve plain HTTP without authentication on 0.0.0.0:0"),
         "{err}"
     );
+    // Never with pods that really run: a hostNetwork pod reaches loopback.
+    let dir = std::env::temp_dir().join(format!("kubeforge-insecure-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_kubeforge"))
+        .args([
+            "up",
+            "--insecure-http",
+            "--container-nodes",
+            "1",
+            "--data-dir",
+        ])
+        .arg(&dir)
+        .output()
+        .expect("run kubeforge");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refusing --insecure-http with --container-nodes"),
+        "{err}"
+    );
+    assert!(!dir.exists(), "nothing was started or written");
     // On loopback it is allowed, with a warning.
     let c = Cluster::start(&["--memory", "--insecure-http"]);
     assert!(c.url.starts_with("http://127.0.0.1:"), "{}", c.url);

@@ -137,7 +137,9 @@ fn write_files(dir: &Path, files: &BTreeMap<String, (Vec<u8>, u32)>) -> std::io:
         }
         let tmp = path.with_extension("kubeforge-tmp");
         std::fs::write(&tmp, content)?;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(*mode))?;
+        // Never setuid, setgid or sticky, whatever the mode asked (the API
+        // refuses modes past 0777; this holds for objects it did not check).
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(*mode & 0o777))?;
         std::fs::rename(&tmp, &path)?;
     }
     Ok(())
@@ -331,6 +333,20 @@ impl PodVolumes {
         let (_, ns, uid) = crate::pod::identity(pod);
         let spec = pod.spec.clone().unwrap_or_default();
         check_names(&spec)?;
+        // The pod's directory is the agent's: 0750, as the kubelet makes
+        // it, so other users on the host cannot read its secrets.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let dir = pod_dir(root, uid);
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| {
+                    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750))
+                })
+                .map_err(|e| VolumeError {
+                    volume: String::new(),
+                    reason: format!("making {}: {e}", dir.display()),
+                })?;
+        }
         let base = pod_dir(root, uid).join("volumes");
         let mut renew: Option<Instant> = None;
         for v in spec.volumes.iter().flatten() {
