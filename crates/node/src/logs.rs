@@ -217,35 +217,149 @@ pub fn log_files(path: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// How much of a log file is read at once: memory per `kubectl logs` is
+/// this, a tail's lines and one unfinished line, whatever the log's size.
+const CHUNK: usize = 64 * 1024;
+
+/// A container's log files read forward in chunks, handed out as blocks
+/// of whole lines; an unfinished line waits for the rest (across files, as
+/// the runtime's rotation may cut one).
+struct Lines {
+    files: std::collections::VecDeque<PathBuf>,
+    file: Option<tokio::fs::File>,
+    /// Whether `file` is the live (last) file.
+    live: bool,
+    /// Bytes read from the live file.
+    live_read: u64,
+    carry: Vec<u8>,
+    chunk: usize,
+}
+
+impl Lines {
+    fn new(files: Vec<PathBuf>, chunk: usize) -> Lines {
+        Lines {
+            files: files.into(),
+            file: None,
+            live: false,
+            live_read: 0,
+            carry: Vec::new(),
+            chunk,
+        }
+    }
+
+    /// The next block of whole lines (each with its newline), or `None`
+    /// when every file is read.
+    async fn next(&mut self) -> Option<Vec<u8>> {
+        let mut buf = vec![0; self.chunk];
+        loop {
+            let Some(file) = self.file.as_mut() else {
+                let path = self.files.pop_front()?;
+                self.live = self.files.is_empty();
+                self.file = tokio::fs::File::open(&path).await.ok();
+                continue;
+            };
+            let n = match file.read(&mut buf).await {
+                Ok(0) | Err(_) => {
+                    self.file = None;
+                    continue;
+                }
+                Ok(n) => n,
+            };
+            if self.live {
+                self.live_read += n as u64;
+            }
+            let had = self.carry.len();
+            self.carry.extend_from_slice(&buf[..n]);
+            let Some(i) = buf[..n].iter().rposition(|&b| b == b'\n') else {
+                continue;
+            };
+            let rest = self.carry.split_off(had + i + 1);
+            return Some(std::mem::replace(&mut self.carry, rest));
+        }
+    }
+
+    /// Where following the live file goes on: after its last whole line.
+    fn follow_offset(&self) -> u64 {
+        self.live_read.saturating_sub(self.carry.len() as u64)
+    }
+}
+
 /// Stream a container's log by `opts` into `tx`; when following, keep
 /// reading while `running` says the container runs, then drain and end.
+/// The files are read in chunks: a tail keeps only its last lines, so a
+/// flooding container's log never sits whole in memory.
 pub async fn stream(
     path: PathBuf,
     opts: LogOptions,
     tx: mpsc::Sender<Bytes>,
     running: impl Fn() -> bool + Send + 'static,
 ) {
-    let mut data = Vec::new();
-    for f in log_files(&path) {
-        if let Ok(bytes) = tokio::fs::read(&f).await {
-            data.extend_from_slice(&bytes);
+    stream_chunked(path, opts, tx, running, CHUNK).await;
+}
+
+async fn stream_chunked(
+    path: PathBuf,
+    opts: LogOptions,
+    tx: mpsc::Sender<Bytes>,
+    running: impl Fn() -> bool + Send + 'static,
+    chunk: usize,
+) {
+    let mut budget = opts.limit_bytes.unwrap_or(usize::MAX);
+    let mut lines = Lines::new(log_files(&path), chunk);
+    match opts.tail_lines {
+        Some(n) => {
+            // The last `n` full lines, each with the parts before it, and
+            // the parts after the last one (kube's tail).
+            let mut ring: std::collections::VecDeque<Vec<u8>> = std::collections::VecDeque::new();
+            let mut group = Vec::new();
+            while let Some(block) = lines.next().await {
+                for raw in block.split_inclusive(|&b| b == b'\n') {
+                    group.extend_from_slice(raw);
+                    let text = raw.strip_suffix(b"\n").unwrap_or(raw);
+                    if parse_line(text).is_some_and(|l| l.full) {
+                        let line = std::mem::take(&mut group);
+                        if n > 0 {
+                            ring.push_back(line);
+                            if ring.len() > n {
+                                ring.pop_front();
+                            }
+                        }
+                    }
+                }
+            }
+            let mut out = Vec::new();
+            if n > 0 {
+                for l in ring.iter().chain(std::iter::once(&group)) {
+                    render(l, &opts, &mut out);
+                }
+            }
+            if !send_limited(&tx, out, &mut budget).await {
+                return;
+            }
+        }
+        None => {
+            while let Some(block) = lines.next().await {
+                let mut out = Vec::new();
+                render(&block, &opts, &mut out);
+                if !send_limited(&tx, out, &mut budget).await {
+                    return;
+                }
+            }
+            if budget == 0 {
+                return;
+            }
         }
     }
-    // Only whole lines now; a trailing fragment is read again when complete.
-    let whole = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let mut budget = opts.limit_bytes.unwrap_or(usize::MAX);
-    let first = render_all(&data[..whole], &opts);
-    if !send_limited(&tx, first, &mut budget).await || !opts.follow {
+    if !opts.follow {
         return;
     }
-    let mut offset = std::fs::metadata(&path)
-        .map_or(0, |m| m.len())
-        .saturating_sub((data.len() - whole) as u64);
-    let mut pending = Vec::new();
+    let mut offset = lines.follow_offset();
+    let mut pending = std::mem::take(&mut lines.carry);
     let follow_opts = LogOptions {
         since_ns: None,
         ..opts.clone()
     };
+    let mut buf = vec![0; chunk];
     loop {
         let alive = running();
         let Ok(mut file) = tokio::fs::File::open(&path).await else {
@@ -257,10 +371,13 @@ pub async fn stream(
             offset = 0;
         }
         if len > offset && file.seek(std::io::SeekFrom::Start(offset)).await.is_ok() {
-            let mut chunk = Vec::new();
-            if file.read_to_end(&mut chunk).await.is_ok() {
-                offset += chunk.len() as u64;
-                pending.extend_from_slice(&chunk);
+            // Read what is there now, a chunk at a time.
+            while let Ok(n) = file.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                offset += n as u64;
+                pending.extend_from_slice(&buf[..n]);
                 let whole = pending
                     .iter()
                     .rposition(|&b| b == b'\n')
@@ -335,6 +452,51 @@ mod tests {
 2026-12-04T10:00:02Z stdout P thr\n\
 2026-12-04T10:00:02.5Z stdout F ee\n\
 2026-12-04T10:00:03Z stdout F four\n";
+
+    /// Reading the files in chunks of any size gives what reading them
+    /// whole gave, for every tail and byte limit: (options, chunk sizes).
+    #[tokio::test]
+    async fn chunked_reads_answer_as_whole_ones() {
+        let dir = std::env::temp_dir().join(format!("kubeforge-logs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let live = dir.join("0.log");
+        // A rotated file that ends inside a split line, then the live one.
+        let (old, new) = LOG.split_at(LOG.len() / 2 + 3);
+        std::fs::write(dir.join("0.log.20261204-100000"), old).expect("rotated");
+        std::fs::write(&live, new).expect("live");
+        let mut cases = Vec::new();
+        for tail in [None, Some(0), Some(1), Some(2), Some(3), Some(99)] {
+            for limit in [None, Some(1), Some(5), Some(9)] {
+                cases.push(LogOptions {
+                    tail_lines: tail,
+                    limit_bytes: limit,
+                    timestamps: limit == Some(9),
+                    ..Default::default()
+                });
+            }
+        }
+        for opts in cases {
+            let mut want = render_all(LOG, &opts);
+            if let Some(l) = opts.limit_bytes {
+                want.truncate(l);
+            }
+            for chunk in [1, 7, 64, CHUNK] {
+                let (tx, mut rx) = mpsc::channel(1024);
+                stream_chunked(live.clone(), opts.clone(), tx, || false, chunk).await;
+                let mut got = Vec::new();
+                while let Ok(b) = rx.try_recv() {
+                    got.extend_from_slice(&b);
+                }
+                assert_eq!(
+                    String::from_utf8_lossy(&got),
+                    String::from_utf8_lossy(&want),
+                    "{opts:?}, chunks of {chunk}"
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn lines_join_their_parts() {
