@@ -242,7 +242,7 @@ fn validate(obj: &Value, old: Option<&Value>, sub: Sub) -> Vec<FieldCause> {
     // spec.request: base64 of a PEM CERTIFICATE REQUEST that parses and
     // is signed by its own key (kube's `validateCSR`).
     let request = spec.get("request").and_then(Value::as_str).unwrap_or("");
-    if let Err(e) = check_request(request) {
+    if let Err(e) = request_subject(request) {
         errs.push(FieldCause::invalid_rendered(
             "spec.request",
             "[]byte{...}",
@@ -492,16 +492,16 @@ fn validate_signer_name(signer: &str, errs: &mut Vec<FieldCause>) {
 /// The signer name v1 accepts only on requests stored with it.
 const LEGACY_UNKNOWN: &str = "kubernetes.io/legacy-unknown";
 
-/// Why `b64` (a `[]byte` field as JSON carries it) is not a certificate
-/// request kube would store.
-fn check_request(b64: &str) -> Result<(), String> {
+/// The subject of `b64` (`spec.request`, a `[]byte` field as JSON carries
+/// it), or why it is not a certificate request kube would store (kube's
+/// `ParseCSR` and `CheckSignature`); validation and the
+/// CertificateSubjectRestriction plugin both read it so.
+pub(crate) fn request_subject(b64: &str) -> Result<kubeforge_authz::x509::RequestSubject, String> {
     use base64::Engine;
     let raw = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
         .map_err(|_| kubeforge_authz::x509::CsrError::NotCsrPem.to_string())?;
-    kubeforge_authz::x509::parse_certificate_request(&raw)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    kubeforge_authz::x509::parse_certificate_request(&raw).map_err(|e| e.to_string())
 }
 
 /// Whether `b64` (a `[]byte` field as JSON carries it) decodes to text

@@ -189,21 +189,10 @@ pub(crate) fn check(ctx: &Ctx<'_>, obj: &Value, old: Option<&Value>) -> ApiResul
                 return Ok(());
             }
             let snap = access.snapshot(server);
-            let granted = match snap.rbac.policy().role_ref_rules(kind, role, &ns) {
-                Ok(g) => g,
-                // `bind` may name a role that does not exist yet (kube).
-                Err(_) if may_bind => return Ok(()),
-                Err(e) => return Err(forbidden(&e)),
-            };
-            // `bind` lets a writer hand on a role without holding it, as in
-            // kube; what an access binding denies them stays refused even
-            // then (a Deny is the last word on what they may reach).
-            if !may_bind {
-                let (held, errors) = held_rules(&snap, user, &ns);
-                confirm_no_escalation(user, &held, &errors, &granted).map_err(|m| forbidden(&m))?;
-            }
+            let granted = snap.rbac.policy().role_ref_rules(kind, role, &ns);
             // A ClusterRoleBinding grants in every namespace.
-            confirm_not_denied(&snap, user, &ns, ns.is_empty(), &granted).map_err(|m| forbidden(&m))
+            judge_binding(&snap, user, &ns, ns.is_empty(), granted, may_bind)
+                .map_err(|m| forbidden(&m))
         }
         _ => Ok(()),
     }
@@ -287,18 +276,43 @@ fn check_access_policy(ctx: &Ctx<'_>, obj: &Value, old: Option<&Value>) -> ApiRe
         );
         (b.role_ref, stored)
     };
-    let granted = match effective_rules(&roles, rbac.policy(), &role_ref, &ns) {
+    let granted = effective_rules(&roles, rbac.policy(), &role_ref, &ns);
+    let binding = !def.plural.ends_with("roles");
+    judge_binding(
+        &snap,
+        user,
+        &ns,
+        binding && ns.is_empty(),
+        granted,
+        may_bind,
+    )
+    .map_err(|m| forbidden(&m))
+}
+
+/// Judge a grant of `granted` (the referenced role's rules, or why they
+/// cannot be resolved) by `user` in `ns`. With `bind` on the role
+/// (`may_bind`) the writer need not hold it and the role need not exist
+/// yet, as in kube; without, they must hold every rule. Either way nothing
+/// a Deny access binding takes from them passes (a Deny is the last word
+/// on what they may reach); `every_namespace` for a cluster-wide grant.
+fn judge_binding(
+    snap: &Snapshot,
+    user: &UserInfo,
+    ns: &str,
+    every_namespace: bool,
+    granted: Result<impl std::ops::Deref<Target = [Rule]>, String>,
+    may_bind: bool,
+) -> Result<(), String> {
+    let granted = match granted {
         Ok(g) => g,
         Err(_) if may_bind => return Ok(()),
-        Err(e) => return Err(forbidden(&e)),
+        Err(e) => return Err(e),
     };
     if !may_bind {
-        let (held, errors) = held_rules(&snap, user, &ns);
-        confirm_no_escalation(user, &held, &errors, &granted).map_err(|m| forbidden(&m))?;
+        let (held, errors) = held_rules(snap, user, ns);
+        confirm_no_escalation(user, &held, &errors, &granted)?;
     }
-    let binding = !def.plural.ends_with("roles");
-    confirm_not_denied(&snap, user, &ns, binding && ns.is_empty(), &granted)
-        .map_err(|m| forbidden(&m))
+    confirm_not_denied(snap, user, ns, every_namespace, &granted)
 }
 
 /// What `user` holds in `ns` for granting: RBAC's rules and those of

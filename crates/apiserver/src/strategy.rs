@@ -163,6 +163,7 @@ fn validate_cluster_ips(obj: &Value, causes: &mut Vec<Cause>) {
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
+    let net = kubeforge_apimachinery::net::IpNet::parse(range);
     let mut outside = Vec::new();
     for (i, ip) in ips.iter().enumerate() {
         let field = format!("spec.clusterIPs[{i}]");
@@ -183,8 +184,10 @@ fn validate_cluster_ips(obj: &Value, causes: &mut Vec<Cause>) {
                 "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
             ))),
             Ok(addr) => {
-                let net = kubeforge_apimachinery::net::IpNet::parse(range);
-                if net.is_ok_and(|n| !n.contains(addr) || n.addr() == addr) {
+                if net
+                    .as_ref()
+                    .is_ok_and(|n| !n.contains(addr) || n.addr() == addr)
+                {
                     outside.push(*ip);
                 }
             }

@@ -232,7 +232,8 @@ struct Lines {
     /// Bytes read from the live file.
     live_read: u64,
     carry: Vec<u8>,
-    chunk: usize,
+    /// The read buffer, one chunk long.
+    buf: Vec<u8>,
 }
 
 impl Lines {
@@ -243,14 +244,13 @@ impl Lines {
             live: false,
             live_read: 0,
             carry: Vec::new(),
-            chunk,
+            buf: vec![0; chunk],
         }
     }
 
     /// The next block of whole lines (each with its newline), or `None`
     /// when every file is read.
     async fn next(&mut self) -> Option<Vec<u8>> {
-        let mut buf = vec![0; self.chunk];
         loop {
             let Some(file) = self.file.as_mut() else {
                 let path = self.files.pop_front()?;
@@ -258,7 +258,7 @@ impl Lines {
                 self.file = tokio::fs::File::open(&path).await.ok();
                 continue;
             };
-            let n = match file.read(&mut buf).await {
+            let n = match file.read(&mut self.buf).await {
                 Ok(0) | Err(_) => {
                     self.file = None;
                     continue;
@@ -269,8 +269,8 @@ impl Lines {
                 self.live_read += n as u64;
             }
             let had = self.carry.len();
-            self.carry.extend_from_slice(&buf[..n]);
-            let Some(i) = buf[..n].iter().rposition(|&b| b == b'\n') else {
+            self.carry.extend_from_slice(&self.buf[..n]);
+            let Some(i) = self.buf[..n].iter().rposition(|&b| b == b'\n') else {
                 continue;
             };
             let rest = self.carry.split_off(had + i + 1);

@@ -52,11 +52,11 @@ pub(crate) fn validate(ctx: &Ctx<'_>, r: &Request<'_>, obj: Option<&Value>) -> A
             if signer_of(obj) != KUBE_APISERVER_CLIENT {
                 return Ok(());
             }
-            let subject = request_pem(obj)
-                .and_then(|pem| {
-                    kubeforge_authz::x509::parse_certificate_request(&pem)
-                        .map_err(|e| e.to_string())
-                })
+            let request = obj
+                .pointer("/spec/request")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let subject = crate::csr::request_subject(request)
                 .map_err(|e| forbidden(&format!("failed to parse CSR: {e}")))?;
             if subject.organizations.iter().any(|o| o == SYSTEM_MASTERS) {
                 return Err(forbidden(&format!(
@@ -66,43 +66,29 @@ pub(crate) fn validate(ctx: &Ctx<'_>, r: &Request<'_>, obj: Option<&Value>) -> A
             Ok(())
         }
         (Operation::Update, "approval", Some(old)) => {
-            let signer = signer_of(old);
-            if authorized_for_signer(ctx, "approve", signer) {
-                return Ok(());
-            }
-            Err(forbidden(&format!(
-                "user not permitted to approve requests with signerName {}",
-                quote(signer)
-            )))
+            require_on_signer(ctx, "approve", signer_of(old)).map_err(|m| forbidden(&m))
         }
         (Operation::Update, "status", Some(old)) => {
             let unchanged = |p: &str| obj.pointer(p) == old.pointer(p);
             if unchanged("/status/certificate") && unchanged("/status/conditions") {
                 return Ok(());
             }
-            let signer = signer_of(old);
-            if authorized_for_signer(ctx, "sign", signer) {
-                return Ok(());
-            }
-            Err(forbidden(&format!(
-                "user not permitted to sign requests with signerName {}",
-                quote(signer)
-            )))
+            require_on_signer(ctx, "sign", signer_of(old)).map_err(|m| forbidden(&m))
         }
         _ => Ok(()),
     }
 }
 
-/// `spec.request` decoded from its base64 (a `[]byte` field in JSON).
-fn request_pem(obj: &Value) -> Result<Vec<u8>, String> {
-    use base64::Engine;
-    let b64 = obj
-        .pointer("/spec/request")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    base64::engine::general_purpose::STANDARD
-        .decode(b64.trim())
-        .map_err(|e| e.to_string())
+/// `verb` (`approve`, `sign`) on `signer`, or kube's refusal text: `user
+/// not permitted to <verb> requests with signerName "<signer>"`.
+fn require_on_signer(ctx: &Ctx<'_>, verb: &str, signer: &str) -> Result<(), String> {
+    if authorized_for_signer(ctx, verb, signer) {
+        return Ok(());
+    }
+    Err(format!(
+        "user not permitted to {verb} requests with signerName {}",
+        quote(signer)
+    ))
 }
 
 /// kube's `IsAuthorizedForSignerName`: `verb` on `signers` named
