@@ -14,8 +14,10 @@
 //! authentication audit writes it. Each event carries the requester, the
 //! impersonated user, the client address, the object, the response status
 //! and the authorizer's `authorization.k8s.io/decision` and `reason`
-//! annotations; `Request` adds the request body, `RequestResponse` the
-//! response body (JSON only).
+//! annotations, and the annotations admission plugins add while the
+//! request is served ([`annotate`]: Pod Security's
+//! `pod-security.kubernetes.io/*`); `Request` adds the request body,
+//! `RequestResponse` the response body (JSON only).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -401,6 +403,28 @@ fn user_json(u: &UserInfo) -> Value {
     crate::reviews::user_info(u)
 }
 
+tokio::task_local! {
+    /// The audit annotations noted while one request is served.
+    static NOTES: std::cell::RefCell<Vec<(String, String)>>;
+}
+
+/// Note an audit annotation for the request this task is serving (kube's
+/// `AddAnnotation`); outside a request it is dropped.
+pub(crate) fn annotate(key: impl Into<String>, value: impl Into<String>) {
+    let note = (key.into(), value.into());
+    let _ = NOTES.try_with(|n| n.borrow_mut().push(note));
+}
+
+/// Run `f` (serving one request), collecting what it [`annotate`]s.
+pub(crate) async fn collecting<F: std::future::Future>(f: F) -> (F::Output, Vec<(String, String)>) {
+    NOTES
+        .scope(std::cell::RefCell::new(Vec::new()), async move {
+            let out = f.await;
+            (out, NOTES.with(|n| n.take()))
+        })
+        .await
+}
+
 /// One request being audited.
 pub(crate) struct Record {
     log: Arc<AuditLog>,
@@ -503,6 +527,22 @@ impl Record {
             json!({"authorization.k8s.io/decision": if allowed { "allow" } else { "forbid" }});
         a["authorization.k8s.io/reason"] = json!(reason);
         self.event.insert("annotations".into(), a);
+    }
+
+    /// Add annotations admission plugins noted (after the authorizer's).
+    pub fn annotations(&mut self, notes: Vec<(String, String)>) {
+        if notes.is_empty() {
+            return;
+        }
+        let a = self
+            .event
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Some(a) = a.as_object_mut() {
+            for (k, v) in notes {
+                a.insert(k, Value::String(v));
+            }
+        }
     }
 
     /// The request body, kept at level `Request` and above: JSON as sent,

@@ -25,7 +25,7 @@ const FILE_MODE: &str = "must be a number between 0 and 0777 (octal), both inclu
 
 /// The volume sources, in the order kube's `validateVolumeSource` reads
 /// them (the second one found is the one named as too many).
-const SOURCES: &[&str] = &[
+pub(crate) const SOURCES: &[&str] = &[
     "hostPath",
     "emptyDir",
     "gitRepo",

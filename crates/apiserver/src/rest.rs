@@ -126,12 +126,32 @@ pub async fn serve(
     };
     resp.map(|mut r| {
         for w in &ctx.warnings {
-            if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{}\"", w.replace('"', "'"))) {
+            if let Ok(v) = HeaderValue::from_bytes(warning_header(w).as_bytes()) {
                 r.headers_mut().append(http::header::WARNING, v);
             }
         }
         r
     })
+}
+
+/// A `Warning` header value as kube's `NewWarningHeader` writes it:
+/// `299 - "text"`, quotes and backslashes escaped (clients unescape them),
+/// control characters, which a header cannot hold, as spaces.
+fn warning_header(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    out.push_str("299 - \"");
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Whether an object of `def` passes label and field selectors (field

@@ -247,8 +247,10 @@ impl ApiServer {
         let in_flight = self.inner.metrics.enter(&method);
         let mut audit: Option<crate::audit::Record> = None;
         let mut labels = None;
-        let answer =
-            crate::recover::catch_unwind(self.dispatch(req, &mut audit, &mut labels)).await;
+        let (answer, notes) = crate::audit::collecting(crate::recover::catch_unwind(
+            self.dispatch(req, &mut audit, &mut labels),
+        ))
+        .await;
         let (mut resp, error, panicked) = match answer {
             Ok(Ok(r)) => (r, None, false),
             Ok(Err(e)) => (codec::respond_error(&e), Some(e), false),
@@ -257,7 +259,8 @@ impl ApiServer {
                 (codec::respond_error(&e), Some(e), true)
             }
         };
-        if let Some(record) = audit.take() {
+        if let Some(mut record) = audit.take() {
+            record.annotations(notes);
             if let Ok(id) = http::HeaderValue::from_str(record.id()) {
                 resp.headers_mut().insert("audit-id", id);
             }

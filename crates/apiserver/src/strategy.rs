@@ -579,6 +579,21 @@ pub fn default_pod_spec(spec: &mut Value, is_pod: bool) {
         }
         default_toleration_seconds(m);
     }
+    // SetDefaults_Volume: a volume with no source is an emptyDir.
+    for v in m
+        .get_mut("volumes")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(v) = v.as_object_mut()
+            && !crate::pod_validation::SOURCES
+                .iter()
+                .any(|s| v.get(*s).is_some_and(|x| !x.is_null()))
+        {
+            v.insert("emptyDir".into(), json!({}));
+        }
+    }
     for list in ["containers", "initContainers", "ephemeralContainers"] {
         if let Some(cs) = m.get_mut(list).and_then(Value::as_array_mut) {
             for c in cs {

@@ -169,6 +169,13 @@ struct ServeArgs {
     /// How many rotated audit logs to keep (0: all).
     #[arg(long, default_value_t = 0)]
     audit_log_maxbackup: usize,
+    /// kube-apiserver's admission configuration (`AdmissionConfiguration`,
+    /// YAML or JSON), or a bare `PodSecurityConfiguration`: its
+    /// `PodSecurity` entry sets the cluster's default Pod Security levels
+    /// and the users, namespaces and RuntimeClasses exempt from them.
+    /// Without it every namespace is `privileged` until labelled.
+    #[arg(long, value_name = "FILE")]
+    admission_control_config_file: Option<PathBuf>,
     /// Where the API server reaches admission webhooks configured with
     /// `clientConfig.service` (there is no service network here):
     /// `NAMESPACE/NAME[:PORT]=HOST:PORT`, the service port defaulting to
@@ -222,6 +229,28 @@ fn parse_webhook_service(s: &str) -> Result<WebhookService, String> {
         port,
         addr,
     })
+}
+
+/// The PodSecurity configuration `--admission-control-config-file` names;
+/// a file that cannot be read or is invalid ends the program (exit 2)
+/// saying which field is wrong.
+fn pod_security_config(args: &ServeArgs) -> Option<kubeforge_podsecurity::config::Config> {
+    let file = args.admission_control_config_file.as_ref()?;
+    let parsed = std::fs::read_to_string(file)
+        .map_err(|e| e.to_string())
+        .and_then(|text| {
+            kubeforge_podsecurity::config::Config::parse(&text).map_err(|e| e.to_string())
+        });
+    match parsed {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!(
+                "error: --admission-control-config-file {}: {e}\nFix the file (an AdmissionConfiguration with a PodSecurity plugin entry, or a PodSecurityConfiguration) or leave the flag out.",
+                file.display()
+            );
+            std::process::exit(2);
+        }
+    }
 }
 
 /// The audit log the flags ask for, if any.
@@ -337,6 +366,7 @@ async fn serve(mut args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Re
     if let Some(c) = &cluster {
         c.check();
     }
+    let pod_security = pod_security_config(&args);
     let up = cluster.is_some();
     let started = Instant::now();
     // Before anything starts: SIGTERM and SIGHUP stop us as Ctrl-C does,
@@ -377,6 +407,9 @@ async fn serve(mut args: ServeArgs, cluster: Option<cluster::ClusterArgs>) -> Re
         .await
         .map_err(|e| anyhow::anyhow!("starting the API server: {e}"))?;
     server.set_audit(audit_log(&args)?);
+    if let Some(c) = pod_security {
+        server.set_pod_security(c);
+    }
     for w in &args.webhook_services {
         server.set_service_address(&w.namespace, &w.name, w.port, w.addr);
     }

@@ -6,9 +6,9 @@
 //!    before the next call. When a later webhook changed the object, the
 //!    earlier ones with `reinvocationPolicy: IfNeeded` are called once more.
 //! 2. The object is validated against its schema (in [`crate::rest`]).
-//! 3. The built-in validating plugins ([`certificates`]: kube's
-//!    CertificateSubjectRestriction, CertificateApproval and
-//!    CertificateSigning), then the validating webhooks
+//! 3. The built-in validating plugins ([`podsecurity`]: Pod Security
+//!    admission; [`certificates`]: kube's CertificateSubjectRestriction,
+//!    CertificateApproval and CertificateSigning), then the validating webhooks
 //!    (`ValidatingWebhookConfiguration`), called in parallel; any denial
 //!    fails the request.
 //!
@@ -33,6 +33,7 @@
 mod certificates;
 mod client;
 mod config;
+mod podsecurity;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -56,6 +57,7 @@ pub(crate) struct Admission {
     clients: client::Clients,
     services: client::ServiceMap,
     exempt: RwLock<Vec<String>>,
+    pod_security: RwLock<Arc<kubeforge_podsecurity::config::Config>>,
 }
 
 impl Default for Admission {
@@ -66,6 +68,7 @@ impl Default for Admission {
             clients: client::Clients::default(),
             services: Default::default(),
             exempt: RwLock::new(vec!["kube-system".into()]),
+            pod_security: RwLock::default(),
         }
     }
 }
@@ -581,11 +584,12 @@ pub(crate) async fn validate(
 ) -> ApiResult<Vec<String>> {
     // The built-in validating plugins run before the webhooks, as
     // kube-apiserver orders them.
+    let mut warnings = podsecurity::validate(ctx, r, obj)?;
     certificates::validate(ctx, r, obj)?;
     let adm = &ctx.server.inner.admission;
     let snap = adm.validating.current(ctx.server.store());
     if snap.webhooks.is_empty() || exempt(ctx, r) {
-        return Ok(Vec::new());
+        return Ok(warnings);
     }
     let ri = info(ctx, r);
     let mut ns_labels = None;
@@ -599,7 +603,7 @@ pub(crate) async fn validate(
         }
     }
     if matched.is_empty() {
-        return Ok(Vec::new());
+        return Ok(warnings);
     }
     let uid = uuid::Uuid::new_v4().to_string();
     let body = Bytes::from(review(ctx, r, &uid, obj).to_string());
@@ -630,7 +634,6 @@ pub(crate) async fn validate(
         }
         outs
     };
-    let mut warnings = Vec::new();
     let mut first_error = None;
     for (wh, out) in outcomes {
         match out {
