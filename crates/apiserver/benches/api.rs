@@ -9,6 +9,9 @@
 //!
 //! - `httpscreates`: the memory creates over HTTP, then over HTTPS as a
 //!   client-certificate user allowed by RBAC (twice each, alternating).
+//! - `psacreates`: the memory creates with the namespace unlabelled, then
+//!   labelled for Pod Security (enforce baseline, audit and warn
+//!   restricted), five times each, alternating.
 //!
 //! Pass scenario names (`startup creates list watch`) to run a subset.
 
@@ -90,6 +93,38 @@ async fn startup() {
 async fn creates(label: &str, store: Store, total: usize) {
     let server = ApiServer::new(store).await.expect("server");
     let client = listener_client(&server).await;
+    creates_with(label, "kube-rs over HTTP", client, total).await;
+}
+
+/// Pod creates with Pod Security evaluating every one (issue 41): the
+/// `default` namespace labelled to enforce `baseline` and to audit and
+/// warn at `restricted` (the bench pod passes baseline, so each create is
+/// admitted with an audit annotation and a warning), or left unlabelled
+/// (the plugin only reads the namespace's labels).
+async fn psa_creates(labelled: bool, total: usize) {
+    let server = ApiServer::in_memory().await;
+    let client = listener_client(&server).await;
+    if labelled {
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let patch = json!({"metadata": {"labels": {
+            "pod-security.kubernetes.io/enforce": "baseline",
+            "pod-security.kubernetes.io/audit": "restricted",
+            "pod-security.kubernetes.io/warn": "restricted"}}});
+        namespaces
+            .patch(
+                "default",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .expect("label the namespace");
+    }
+    // (Part of the pods' names: a DNS label.)
+    let label = if labelled {
+        "psa-labelled"
+    } else {
+        "psa-unlabelled"
+    };
     creates_with(label, "kube-rs over HTTP", client, total).await;
 }
 
@@ -443,6 +478,12 @@ fn main() {
             https_creates(32 * 1000).await;
             creates("memory", Store::memory(), 32 * 1000).await;
             https_creates(32 * 1000).await;
+        }
+        if want("psacreates") {
+            for _ in 0..5 {
+                psa_creates(false, 32 * 1000).await;
+                psa_creates(true, 32 * 1000).await;
+            }
         }
         if want("rawcreates") {
             raw_creates(32 * 1000).await;

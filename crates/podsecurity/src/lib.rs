@@ -43,6 +43,60 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use api::{Level, LevelVersion, Policy, Version, policy_to_evaluate};
 
+/// The fields of a pod spec (as the API server holds it, JSON) that some
+/// check reads, and of each container only its name, securityContext and
+/// ports: decoding just these into the typed spec costs a fraction of the
+/// whole pod's decoding.
+const SPEC_FIELDS: &[&str] = &[
+    "hostNetwork",
+    "hostPID",
+    "hostIPC",
+    "hostUsers",
+    "securityContext",
+    "os",
+    "runtimeClassName",
+    "volumes",
+];
+const CONTAINER_LISTS: &[&str] = &["initContainers", "containers", "ephemeralContainers"];
+const CONTAINER_FIELDS: &[&str] = &["name", "securityContext", "ports"];
+
+/// Decode what the checks read of a pod's (or a template's) `metadata`
+/// and `spec` JSON: the annotations, and the spec fields above.
+pub fn decode(
+    metadata: Option<&serde_json::Value>,
+    spec: Option<&serde_json::Value>,
+) -> Result<(ObjectMeta, PodSpec), serde_json::Error> {
+    use serde::Deserialize;
+    use serde_json::{Map, Value};
+    let pick = |from: &Map<String, Value>, keys: &[&str]| -> Map<String, Value> {
+        keys.iter()
+            .filter_map(|k| from.get(*k).map(|v| (k.to_string(), v.clone())))
+            .collect()
+    };
+    let mut meta = ObjectMeta::default();
+    if let Some(a) = metadata.and_then(|m| m.get("annotations")) {
+        meta.annotations = Deserialize::deserialize(a)?;
+    }
+    let Some(spec) = spec.and_then(Value::as_object) else {
+        return Ok((meta, PodSpec::default()));
+    };
+    let mut slim = pick(spec, SPEC_FIELDS);
+    for list in CONTAINER_LISTS {
+        if let Some(cs) = spec.get(*list).and_then(Value::as_array) {
+            let cs: Vec<Value> = cs
+                .iter()
+                .map(|c| match c.as_object() {
+                    Some(c) => Value::Object(pick(c, CONTAINER_FIELDS)),
+                    None => c.clone(),
+                })
+                .collect();
+            slim.insert(list.to_string(), Value::Array(cs));
+        }
+    }
+    let spec = PodSpec::deserialize(Value::Object(slim))?;
+    Ok((meta, spec))
+}
+
 /// The outcome of evaluating a pod at one level:version: the reasons and
 /// details of the checks that failed, in kube's order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

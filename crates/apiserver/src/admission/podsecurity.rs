@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubeforge_podsecurity::config::Config;
 use kubeforge_podsecurity::{Level, LevelVersion, Policy, Verdict};
@@ -127,14 +127,24 @@ fn labels_of(v: &Value) -> Option<BTreeMap<String, String>> {
         .and_then(|l| BTreeMap::<String, String>::deserialize(l).ok())
 }
 
-/// The stored namespace's labels; `None` when it cannot be read.
+/// The stored namespace's labels; `None` when it cannot be read. Only
+/// the labels are decoded (every pod create reads them).
 fn stored_namespace_labels(ctx: &Ctx<'_>, ns: &str) -> Option<BTreeMap<String, String>> {
+    #[derive(Deserialize)]
+    struct Meta {
+        #[serde(default)]
+        labels: Option<BTreeMap<String, String>>,
+    }
+    #[derive(Deserialize)]
+    struct Stored {
+        metadata: Meta,
+    }
     let kv = ctx
         .server
         .store()
         .get(&format!("/registry/core/namespaces/{ns}"))?;
-    let v: Value = serde_json::from_slice(&kv.value).ok()?;
-    Some(labels_of(&v).unwrap_or_default())
+    let stored: Stored = serde_json::from_slice(&kv.value).ok()?;
+    Some(stored.metadata.labels.unwrap_or_default())
 }
 
 fn validate_namespace(
@@ -403,22 +413,15 @@ fn validate_pod(
     if policy_err.is_none() && policy.all_privileged() {
         return Ok(Vec::new());
     }
-    let pod = Pod::deserialize(obj).map_err(|_| {
-        note("error", "failed to decode pod");
-        ApiError::bad_request("failed to decode pod")
-    })?;
-    if r.operation == Operation::Update {
-        let old = r
-            .old
-            .and_then(|o| Pod::deserialize(o).ok())
-            .ok_or_else(|| ApiError::bad_request("failed to decode old pod"))?;
-        if !significant_update(&pod, &old) {
-            return Ok(Vec::new());
-        }
+    if r.operation == Operation::Update && !r.old.is_some_and(|old| significant_update(obj, old)) {
+        return Ok(Vec::new());
     }
-    let empty = PodSpec::default();
-    let spec = pod.spec.as_ref().unwrap_or(&empty);
-    evaluate(config, r, policy, policy_err, &pod.metadata, spec, true)
+    let (meta, spec) = kubeforge_podsecurity::decode(obj.get("metadata"), obj.get("spec"))
+        .map_err(|_| {
+            note("error", "failed to decode pod");
+            ApiError::bad_request("failed to decode pod")
+        })?;
+    evaluate(config, r, policy, policy_err, &meta, &spec, true)
 }
 
 fn validate_workload(ctx: &Ctx<'_>, r: &Request<'_>, obj: &Value, config: &Config) -> Vec<String> {
@@ -448,17 +451,15 @@ fn validate_workload(ctx: &Ctx<'_>, r: &Request<'_>, obj: &Value, config: &Confi
     let Some(template) = template else {
         return Vec::new();
     };
-    let template = match PodTemplateSpec::deserialize(template) {
-        Ok(t) => t,
-        Err(e) => {
-            note("error", format!("failed to extract pod template: {e}"));
-            return Vec::new();
-        }
-    };
-    let empty = PodSpec::default();
-    let meta = template.metadata.unwrap_or_default();
-    let spec = template.spec.as_ref().unwrap_or(&empty);
-    evaluate(config, r, policy, policy_err, &meta, spec, false).unwrap_or_default()
+    let (meta, spec) =
+        match kubeforge_podsecurity::decode(template.get("metadata"), template.get("spec")) {
+            Ok(t) => t,
+            Err(e) => {
+                note("error", format!("failed to extract pod template: {e}"));
+                return Vec::new();
+            }
+        };
+    evaluate(config, r, policy, policy_err, &meta, &spec, false).unwrap_or_default()
 }
 
 /// kube's `EvaluatePod`: enforce (pods only), then audit and warn, each
@@ -511,77 +512,72 @@ fn evaluate(
             ));
         }
     }
+    let would_violate = |lv: LevelVersion, v: &Verdict| {
+        format!(
+            "would violate PodSecurity {}: {}",
+            kubeforge_apimachinery::gofmt::quote(&lv.to_string()),
+            v.forbidden_detail()
+        )
+    };
     let audit = verdict_of(policy.audit);
-    if !audit.allowed() {
-        note(
-            "audit-violations",
-            format!(
-                "would violate PodSecurity {}: {}",
-                kubeforge_apimachinery::gofmt::quote(&policy.audit.to_string()),
-                audit.forbidden_detail()
-            ),
-        );
+    let audit_text = (!audit.allowed()).then(|| would_violate(policy.audit, &audit));
+    if let Some(t) = &audit_text {
+        note("audit-violations", t.clone());
     }
     if let Some(e) = refusal {
         return Err(e);
     }
-    let warn = verdict_of(policy.warn);
-    if warn.allowed() {
-        return Ok(Vec::new());
+    if policy.warn == policy.audit {
+        return Ok(audit_text.into_iter().collect());
     }
-    Ok(vec![format!(
-        "would violate PodSecurity {}: {}",
-        kubeforge_apimachinery::gofmt::quote(&policy.warn.to_string()),
-        warn.forbidden_detail()
-    )])
+    let warn = verdict_of(policy.warn);
+    Ok((!warn.allowed())
+        .then(|| would_violate(policy.warn, &warn))
+        .into_iter()
+        .collect())
 }
 
 const SECCOMP_POD_ANNOTATION: &str = "seccomp.security.alpha.kubernetes.io/pod";
 const SECCOMP_CONTAINER_ANNOTATION_PREFIX: &str = "container.seccomp.security.alpha.kubernetes.io/";
 
-fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations.as_ref()?.get(key).map(String::as_str)
+fn annotation<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
+    pod.pointer("/metadata/annotations")?.get(key)?.as_str()
+}
+
+fn containers<'a>(pod: &'a Value, list: &str) -> &'a [Value] {
+    pod.get("spec")
+        .and_then(|s| s.get(list))
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
 }
 
 /// kube's `isSignificantPodUpdate`: only an image, a seccomp annotation or
 /// the set of containers can change what a pod is allowed to do.
-fn significant_update(pod: &Pod, old: &Pod) -> bool {
-    if annotation(&pod.metadata, SECCOMP_POD_ANNOTATION)
-        != annotation(&old.metadata, SECCOMP_POD_ANNOTATION)
-    {
+fn significant_update(pod: &Value, old: &Value) -> bool {
+    if annotation(pod, SECCOMP_POD_ANNOTATION) != annotation(old, SECCOMP_POD_ANNOTATION) {
         return true;
     }
-    let empty = PodSpec::default();
-    let (spec, old_spec) = (
-        pod.spec.as_ref().unwrap_or(&empty),
-        old.spec.as_ref().unwrap_or(&empty),
-    );
-    let changed = |image: &Option<String>, old_image: &Option<String>, name: &str| {
-        let key = format!("{SECCOMP_CONTAINER_ANNOTATION_PREFIX}{name}");
-        image != old_image || annotation(&pod.metadata, &key) != annotation(&old.metadata, &key)
+    let name = |c: &Value| {
+        c.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
     };
-    let init = spec.init_containers.as_deref().unwrap_or_default();
-    let old_init = old_spec.init_containers.as_deref().unwrap_or_default();
-    if spec.containers.len() != old_spec.containers.len() || init.len() != old_init.len() {
-        return true;
-    }
-    let pairs = spec
-        .containers
-        .iter()
-        .zip(&old_spec.containers)
-        .chain(init.iter().zip(old_init));
-    for (c, o) in pairs {
-        if changed(&c.image, &o.image, &c.name) {
+    let changed = |c: &Value, o: &Value| {
+        let key = format!("{SECCOMP_CONTAINER_ANNOTATION_PREFIX}{}", name(c));
+        c.get("image") != o.get("image") || annotation(pod, &key) != annotation(old, &key)
+    };
+    for list in ["containers", "initContainers"] {
+        let (new, was) = (containers(pod, list), containers(old, list));
+        if new.len() != was.len() || new.iter().zip(was).any(|(c, o)| changed(c, o)) {
             return true;
         }
     }
-    let old_ephemeral = old_spec.ephemeral_containers.as_deref().unwrap_or_default();
-    for c in spec.ephemeral_containers.iter().flatten() {
-        match old_ephemeral.iter().find(|o| o.name == c.name) {
-            None => return true,
-            Some(o) if changed(&c.image, &o.image, &c.name) => return true,
-            Some(_) => {}
+    let was = containers(old, "ephemeralContainers");
+    containers(pod, "ephemeralContainers").iter().any(|c| {
+        match was.iter().find(|o| name(o) == name(c)) {
+            None => true,
+            Some(o) => changed(c, o),
         }
-    }
-    false
+    })
 }
