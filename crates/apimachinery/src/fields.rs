@@ -117,6 +117,16 @@ impl FieldSelector {
             .find(|r| r.field == field && r.op == FieldOp::Eq)
             .map(|r| r.value.as_str())
     }
+
+    /// Every `field=value` (or `==`) term, as (field, value) pairs (what
+    /// kube's authorizer attributes carry as field requirements).
+    pub fn equalities(&self) -> Vec<(String, String)> {
+        self.requirements
+            .iter()
+            .filter(|r| r.op == FieldOp::Eq)
+            .map(|r| (r.field.clone(), r.value.clone()))
+            .collect()
+    }
 }
 
 impl fmt::Display for FieldSelector {

@@ -53,6 +53,8 @@ pub(crate) struct Access {
     pub status_written: AtomicU64,
     /// The snapshot and the generation it was built at.
     snapshot: RwLock<Option<(u64, Snapshot)>>,
+    /// The Node authorizer's graph and rules.
+    pub nodes: Arc<crate::node_authz::NodeAuthz>,
 }
 
 /// The policies decisions are made by, as of one generation.
@@ -152,6 +154,13 @@ impl Access {
                 reason: String::new(),
             };
         }
+        // kube's `--authorization-mode=Node,RBAC`: nodes are judged by the
+        // Node authorizer first; what it leaves, with its reason, goes on.
+        let node_reason = match crate::node_authz::decide(server, a) {
+            Some(d @ Decision::Allow { .. }) => return d,
+            Some(Decision::Deny { reason } | Decision::NoOpinion { reason }) => reason,
+            None => String::new(),
+        };
         let snap = self.snapshot(server);
         let (first, skipped) = if explain {
             let e = snap.access.explain(a, jiff::Timestamp::now());
@@ -163,8 +172,12 @@ impl Access {
             return first;
         }
         match snap.rbac.authorize(a) {
-            Decision::NoOpinion { reason } if !skipped.is_empty() => {
+            Decision::NoOpinion { reason } if !skipped.is_empty() || !node_reason.is_empty() => {
+                // kube's union authorizer joins its authorizers' reasons.
                 let mut lines: Vec<String> = Vec::new();
+                if !node_reason.is_empty() {
+                    lines.push(node_reason);
+                }
                 if !reason.is_empty() {
                     lines.push(reason);
                 }
@@ -273,17 +286,21 @@ pub(crate) fn attributes(
     if name.is_empty() && verb == "delete" {
         verb = "deletecollection".into();
     }
+    let mut field_equals = Vec::new();
     if name.is_empty() && verb == "get" {
         verb = if query.flag("watch") { "watch" } else { "list" }.into();
         if let Some(fs) = query.get("fieldSelector")
             && let Ok(sel) = kubeforge_apimachinery::fields::FieldSelector::parse(fs)
-            && let Some(n) = sel.exact("metadata.name")
-            && valid_path_segment(n)
         {
-            name = n.to_string();
+            if let Some(n) = sel.exact("metadata.name")
+                && valid_path_segment(n)
+            {
+                name = n.to_string();
+            }
+            field_equals = sel.equalities();
         }
     }
-    Attributes::resource(
+    let mut a = Attributes::resource(
         user,
         &verb,
         &namespace,
@@ -292,7 +309,9 @@ pub(crate) fn attributes(
         &p.plural,
         p.subresource.as_deref().unwrap_or_default(),
         &name,
-    )
+    );
+    a.field_equals = field_equals;
+    a
 }
 
 /// The address a network connection came from.

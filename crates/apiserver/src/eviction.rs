@@ -52,6 +52,7 @@ const POLICY_SINGULAR: crate::error::GroupResource<'static> = crate::error::Grou
 /// Serve `POST pods/{name}/eviction`.
 pub(crate) async fn evict(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response<ApiBody>> {
     let name = ctx.path_name()?.to_string();
+    crate::admission::admit_pod_removal(ctx, &name, true)?;
     let eviction = decode(ctx, body)?;
     if eviction.pointer("/metadata/name").and_then(Value::as_str) != Some(name.as_str()) {
         return Err(ApiError::bad_request(

@@ -45,6 +45,7 @@ mod jsonpatch;
 mod kubeconfig;
 mod linger;
 pub mod metrics;
+mod node_authz;
 pub mod nodeproxy;
 mod object;
 mod patch;

@@ -554,6 +554,21 @@ const COMPONENTS: &[(&str, &[Rule])] = &[
     ),
 ];
 
+/// The `system:node` role's rules: what the Node authorizer allows nodes
+/// beyond what its graph decides (kube's `NodeRules`).
+pub(crate) fn node_rules() -> Vec<kubeforge_authz::rbac::rules::Rule> {
+    let rules = COMPONENTS
+        .iter()
+        .find(|(name, _)| *name == "system:node")
+        .map(|(_, rules)| rules_json(rules))
+        .unwrap_or_default();
+    serde_json::from_value::<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>(rules)
+        .unwrap_or_default()
+        .iter()
+        .map(Into::into)
+        .collect()
+}
+
 /// `(binding and role name, user)` of the component ClusterRoleBindings
 /// besides the controllers'.
 const COMPONENT_BINDINGS: &[(&str, &str, &str)] = &[
@@ -649,14 +664,27 @@ pub(crate) async fn ensure(server: &ApiServer) -> ApiResult<()> {
             json!("true");
     }
     crate::rest::ensure_object(server, CLUSTER_ROLES, reader).await?;
-    // Node agents (`system:node:<name>` in `system:nodes`) get kube's
-    // `system:node` role by binding, as before kube's Node authorizer: a
-    // node may read every ConfigMap and Secret, not only its pods' (see
-    // docs/COMPATIBILITY.md).
-    let nodes =
-        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": NODES_GROUP});
-    let binding = cluster_role_binding("kubeforge:nodes", "system:node", vec![nodes]);
-    crate::rest::ensure_object(server, CLUSTER_ROLE_BINDINGS, binding).await?;
+    // Node agents (`system:node:<name>` in `system:nodes`) are judged by
+    // the Node authorizer (crate::node_authz), as in kube: no binding
+    // grants them `system:node`. Clusters made before it had one, which
+    // would let a node read every Secret: it goes.
+    if let Some(def) =
+        server
+            .registry()
+            .get("rbac.authorization.k8s.io", "v1", "clusterrolebindings")
+    {
+        let old = def.key(None, "kubeforge:nodes");
+        if let Some(kv) = server.store().get(&old) {
+            let last: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
+            let _ = server
+                .store()
+                .delete(&old, None, move |rev, _| {
+                    crate::object::encode_with_rv(last, rev)
+                })
+                .await;
+            crate::authz::changed(server, &def);
+        }
+    }
     // The API server's kubelet client may use every node's API (kubeadm's
     // `kube-apiserver-kubelet-client` bound to `system:kubelet-api-admin`).
     let client = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUBELET_CLIENT_USER});

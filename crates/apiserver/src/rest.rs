@@ -1332,7 +1332,9 @@ pub(crate) async fn delete_object(
     } else {
         StatusCode::OK
     };
-    // --- admission (crate::admission): validating webhooks see the deletion ---
+    // --- admission (crate::admission): NodeRestriction, then validating
+    // webhooks see the deletion ---
+    crate::admission::admit_pod_removal(ctx, name, false)?;
     crate::admission::validate_delete(ctx, name, &key, dry_run).await?;
     // --- end admission ---
     for _attempt in 0..16 {

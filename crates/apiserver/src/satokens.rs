@@ -83,6 +83,7 @@ pub(crate) async fn create(ctx: &mut Ctx<'_>, body: &[u8]) -> ApiResult<Response
     }
     let ns = ctx.ns.clone().unwrap_or_default();
     let name = ctx.path_name()?.to_string();
+    crate::admission::admit_token_request(ctx, &name, &req)?;
     let server = ctx.server;
     let Some(issuer) = server.inner.access.token_issuer() else {
         return Err(ApiError::internal(

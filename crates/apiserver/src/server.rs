@@ -101,6 +101,7 @@ impl ApiServer {
         crate::rbac_defaults::ensure(&server).await?;
         crate::rbac_components::ensure(&server).await?;
         crate::bootstrap::start(&server).await?;
+        crate::node_authz::start(&server);
         Ok(server)
     }
 

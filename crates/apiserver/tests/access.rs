@@ -1840,3 +1840,219 @@ async fn token_file_tokens_review_only_for_the_api_audiences() {
         }
     }
 }
+
+/// A kube-rs client presenting `cert` (over HTTPS).
+async fn cert_client(c: &Cluster, dir: &Path, tag: &str, cert: &(String, String)) -> Client {
+    let path = c.kubeconfig_cert(dir, tag, cert);
+    let kc = kube::config::Kubeconfig::read_from(&path).expect("kubeconfig");
+    let config = Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    Client::try_from(config).expect("client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reaches_only_what_its_pods_use() {
+    use k8s_openapi::api::core::v1::{Node, Secret};
+    let c = cluster().await;
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("kubeforge-access-node-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("dir");
+    let admin = c.client(Some("admin-token"));
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "default");
+    for name in ["s1", "s2", "s3"] {
+        let s: Secret =
+            serde_json::from_value(json!({"metadata": {"name": name}, "stringData": {"k": "v"}}))
+                .expect("secret");
+        secrets
+            .create(&PostParams::default(), &s)
+            .await
+            .expect("secret");
+    }
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let bound = |name: &str, node: &str, secret: &str| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}],
+                     "volumes": [{"name": "s", "secret": {"secretName": secret}}]}}))
+        .expect("pod")
+    };
+    pods.create(&PostParams::default(), &bound("p1", "n1", "s1"))
+        .await
+        .expect("p1");
+    pods.create(&PostParams::default(), &bound("p2", "n2", "s2"))
+        .await
+        .expect("p2");
+
+    let n1 = cert_client(
+        &c,
+        &dir.0,
+        "n1",
+        &c.ca.client("system:node:n1", &["system:nodes"]),
+    )
+    .await;
+    let n1_secrets: Api<Secret> = Api::namespaced(n1.clone(), "default");
+    n1_secrets.get("s1").await.expect("its pod's secret");
+    let e = api_error(
+        n1_secrets
+            .get("s2")
+            .await
+            .expect_err("another node's pod's secret"),
+    );
+    assert_eq!(e.code, 403);
+    assert_eq!(
+        e.message,
+        "secrets \"s2\" is forbidden: User \"system:node:n1\" cannot get resource \"secrets\" in API group \"\" in the namespace \"default\": no relationship found between node 'n1' and this object"
+    );
+    let e = api_error(
+        n1_secrets
+            .list(&ListParams::default())
+            .await
+            .expect_err("all secrets"),
+    );
+    assert_eq!(e.code, 403);
+    // A pod bound to n1 just now: its secret is readable at once.
+    pods.create(&PostParams::default(), &bound("p3", "n1", "s3"))
+        .await
+        .expect("p3");
+    n1_secrets.get("s3").await.expect("a new pod's secret");
+
+    // Pod status and deletion: only its own pods.
+    let n1_pods: Api<Pod> = Api::namespaced(n1.clone(), "default");
+    let status = json!({"status": {"phase": "Running"}});
+    n1_pods
+        .patch_status(
+            "p1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await
+        .expect("its pod's status");
+    let e = api_error(
+        n1_pods
+            .patch_status(
+                "p2",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&status),
+            )
+            .await
+            .expect_err("another node's pod's status"),
+    );
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (
+            403,
+            "pods \"p2\" is forbidden: node \"n1\" can only update pod status for pods with spec.nodeName set to itself"
+        )
+    );
+    let e = api_error(
+        n1_pods
+            .delete("p2", &DeleteParams::default())
+            .await
+            .expect_err("delete"),
+    );
+    assert_eq!(
+        e.message,
+        "pods \"p2\" is forbidden: node \"n1\" can only delete pods with spec.nodeName set to itself"
+    );
+    // Listing pods: only with its own spec.nodeName.
+    let mine = n1_pods
+        .list(&ListParams::default().fields("spec.nodeName=n1"))
+        .await
+        .expect("its pods");
+    assert_eq!(mine.items.len(), 2);
+    let e = api_error(
+        n1_pods
+            .list(&ListParams::default())
+            .await
+            .expect_err("all pods"),
+    );
+    assert!(
+        e.message
+            .ends_with("can only list/watch pods with spec.nodeName field selector"),
+        "{}",
+        e.message
+    );
+
+    // Its own Node only, without restricted labels.
+    let nodes: Api<Node> = Api::all(n1.clone());
+    let node = |name: &str, labels: serde_json::Value| -> Node {
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).expect("node")
+    };
+    let e = api_error(
+        nodes
+            .create(&PostParams::default(), &node("n2", json!({})))
+            .await
+            .expect_err("n2"),
+    );
+    assert_eq!(
+        e.message,
+        "nodes \"n2\" is forbidden: node \"n1\" is not allowed to modify node \"n2\""
+    );
+    let e = api_error(
+        nodes
+            .create(
+                &PostParams::default(),
+                &node("n1", json!({"node-restriction.kubernetes.io/db": "yes"})),
+            )
+            .await
+            .expect_err("restricted label"),
+    );
+    assert_eq!(
+        e.message,
+        "nodes \"n1\" is forbidden: node \"n1\" is not allowed to set the following labels: node-restriction.kubernetes.io/db"
+    );
+    nodes
+        .create(
+            &PostParams::default(),
+            &node("n1", json!({"kubernetes.io/hostname": "n1"})),
+        )
+        .await
+        .expect("its own node");
+    let e = api_error(nodes.get("n2").await.expect_err("another node"));
+    assert!(
+        e.message
+            .ends_with("node 'n1' cannot read 'n2', only its own Node object"),
+        "{}",
+        e.message
+    );
+
+    // Tokens only for pods on it.
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(n1.clone(), "default");
+    let sa: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "default"}})).expect("sa");
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &sa)
+        .await
+        .expect("service account");
+    let p2 = pods.get("p2").await.expect("p2");
+    let request = |pod: &str, uid: &str| {
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+               "spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}}})
+    };
+    let e = api_error(
+        accounts
+            .create_subresource::<serde_json::Value, serde_json::Value>(
+                "token",
+                "default",
+                &PostParams::default(),
+                &request("p2", p2.metadata.uid.as_deref().unwrap_or_default()),
+            )
+            .await
+            .expect_err("token for another node's pod"),
+    );
+    assert_eq!(
+        e.message,
+        "serviceaccounts \"default\" is forbidden: node requested token bound to a pod scheduled on a different node"
+    );
+    let p1 = pods.get("p1").await.expect("p1");
+    accounts
+        .create_subresource::<serde_json::Value, serde_json::Value>(
+            "token",
+            "default",
+            &PostParams::default(),
+            &request("p1", p1.metadata.uid.as_deref().unwrap_or_default()),
+        )
+        .await
+        .expect("token for its pod");
+}

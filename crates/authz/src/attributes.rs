@@ -36,6 +36,10 @@ pub struct Attributes {
     /// first `X-Forwarded-For` hop when the peer is a trusted proxy. Only
     /// the kubeforge policies' `sourceCIDRs` conditions read it.
     pub source: Option<std::net::IpAddr>,
+    /// The request's `fieldSelector` requirements of the form `field=value`
+    /// (the Node authorizer allows a node to list its own pods by
+    /// `spec.nodeName`).
+    pub field_equals: Vec<(String, String)>,
 }
 
 impl Attributes {
@@ -63,6 +67,7 @@ impl Attributes {
             name: name.to_string(),
             path: String::new(),
             source: None,
+            field_equals: Vec::new(),
         }
     }
 

@@ -49,6 +49,7 @@
 pub mod access;
 pub mod attributes;
 pub mod decision;
+pub mod node;
 pub mod rbac;
 pub mod satoken;
 mod subjects;

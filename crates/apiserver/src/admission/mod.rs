@@ -6,8 +6,9 @@
 //!    before the next call. When a later webhook changed the object, the
 //!    earlier ones with `reinvocationPolicy: IfNeeded` are called once more.
 //! 2. The object is validated against its schema (in [`crate::rest`]).
-//! 3. The built-in validating plugins ([`podsecurity`]: Pod Security
-//!    admission; [`certificates`]: kube's CertificateSubjectRestriction,
+//! 3. The built-in validating plugins ([`noderestriction`]: what nodes may
+//!    write; [`podsecurity`]: Pod Security admission; [`certificates`]:
+//!    kube's CertificateSubjectRestriction,
 //!    CertificateApproval and CertificateSigning), then the validating webhooks
 //!    (`ValidatingWebhookConfiguration`), called in parallel; any denial
 //!    fails the request.
@@ -33,7 +34,10 @@
 mod certificates;
 mod client;
 mod config;
+mod noderestriction;
 mod podsecurity;
+
+pub(crate) use noderestriction::{admit_pod_removal, admit_token_request};
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -584,6 +588,7 @@ pub(crate) async fn validate(
 ) -> ApiResult<Vec<String>> {
     // The built-in validating plugins run before the webhooks, as
     // kube-apiserver orders them.
+    noderestriction::validate(ctx, r, obj)?;
     let mut warnings = podsecurity::validate(ctx, r, obj)?;
     certificates::validate(ctx, r, obj)?;
     let adm = &ctx.server.inner.admission;
