@@ -34,7 +34,7 @@ const ALLOWED: &[&str] = &[
 ];
 
 /// kube's updatable pod fields, named in the plain-update refusal.
-const UPDATABLE: &str = "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+use crate::pod_validation::UPDATABLE;
 
 fn list(pod: &Value) -> &[Value] {
     pod.pointer("/spec/ephemeralContainers")
@@ -65,24 +65,25 @@ pub(crate) fn validate_create(ctx: &Ctx<'_>, pod: &Value, name: &str) -> ApiResu
     )
 }
 
-/// A plain update may not change them (kube refuses it with its
-/// "pod updates may not change fields" message).
+/// A plain update: kube's `ValidatePodUpdate` (no field but the
+/// updatable ones changes; ephemeral containers only through the
+/// subresource).
 pub(crate) fn validate_main_update(
     ctx: &Ctx<'_>,
     pod: &Value,
     old: &Value,
     name: &str,
 ) -> ApiResult<()> {
-    if list(pod) == list(old) {
-        return Ok(());
-    }
-    ctx.def.check_causes(
-        name,
-        vec![forbidden(
+    let mut found = Vec::new();
+    crate::pod_validation::validate_pod_spec_update(pod, old, &mut found);
+    let mut causes: Vec<Cause> = found.into_iter().map(Into::into).collect();
+    if list(pod) != list(old) && causes.is_empty() {
+        causes.push(forbidden(
             "spec",
             format!("pod updates may not change fields other than {UPDATABLE}"),
-        )],
-    )
+        ));
+    }
+    ctx.def.check_causes(name, causes)
 }
 
 /// What a write to the subresource stores (`dropNonEphemeralContainerUpdates`):

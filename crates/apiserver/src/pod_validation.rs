@@ -396,6 +396,105 @@ pub(crate) fn validate_pod_spec(spec: &Value, field: &str, out: &mut Vec<Cause>)
     // subresource that alone may add them.
 }
 
+/// The pod spec fields a plain update may change (kube's
+/// `updatablePodSpecFieldsStringArray`, as its message lists them).
+pub(crate) const UPDATABLE: &str = "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+/// kube's `ValidatePodUpdate` for the spec: every field but the
+/// updatable ones keeps its value (so an update cannot make a running pod
+/// privileged, mount another volume or change what Pod Security admitted),
+/// `activeDeadlineSeconds` may be set or lowered but not raised or
+/// removed, tolerations may only be added, scheduling gates only removed.
+/// `ephemeralContainers` are the subresource's to change.
+pub(crate) fn validate_pod_spec_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
+    let empty = Value::Object(Default::default());
+    let new_spec = new.get("spec").unwrap_or(&empty);
+    let old_spec = old.get("spec").unwrap_or(&empty);
+    let deadline = |v: &Value| v.get("activeDeadlineSeconds").and_then(Value::as_i64);
+    match (deadline(new_spec), deadline(old_spec)) {
+        (None, Some(_)) => out.push(Cause::invalid_rendered(
+            "spec.activeDeadlineSeconds",
+            "null",
+            "must not update from a positive integer to nil value",
+        )),
+        (Some(n), Some(o)) if n > o => out.push(Cause::invalid_rendered(
+            "spec.activeDeadlineSeconds",
+            &n.to_string(),
+            "must be less than or equal to previous value",
+        )),
+        _ => {}
+    }
+    let mut munged = new_spec.clone();
+    let Some(m) = munged.as_object_mut() else {
+        return;
+    };
+    for list in ["containers", "initContainers"] {
+        let old_list = old_spec.get(list).and_then(Value::as_array);
+        if let (Some(new_list), Some(old_list)) =
+            (m.get_mut(list).and_then(Value::as_array_mut), old_list)
+            && new_list.len() == old_list.len()
+        {
+            for (c, o) in new_list.iter_mut().zip(old_list) {
+                if let (Some(c), Some(image)) = (c.as_object_mut(), o.get("image")) {
+                    c.insert("image".into(), image.clone());
+                }
+            }
+        }
+    }
+    let carry = |m: &mut serde_json::Map<String, Value>, key: &str| match old_spec.get(key) {
+        Some(v) => {
+            m.insert(key.into(), v.clone());
+        }
+        None => {
+            m.remove(key);
+        }
+    };
+    carry(m, "activeDeadlineSeconds");
+    carry(m, "ephemeralContainers");
+    let items = |v: Option<&Value>| v.and_then(Value::as_array).cloned().unwrap_or_default();
+    let (tolerations, old_tolerations) = (
+        items(m.get("tolerations")),
+        items(old_spec.get("tolerations")),
+    );
+    if old_tolerations.iter().all(|t| tolerations.contains(t)) {
+        carry(m, "tolerations");
+    }
+    let (gates, old_gates) = (
+        items(m.get("schedulingGates")),
+        items(old_spec.get("schedulingGates")),
+    );
+    if gates.iter().all(|g| old_gates.contains(g)) {
+        carry(m, "schedulingGates");
+    }
+    let grace = |v: Option<&Value>| v.and_then(Value::as_i64);
+    if grace(old_spec.get("terminationGracePeriodSeconds")).is_some_and(|g| g < 0)
+        && grace(m.get("terminationGracePeriodSeconds")) == Some(1)
+    {
+        carry(m, "terminationGracePeriodSeconds");
+    }
+    if without_nulls(&munged) != without_nulls(old_spec) {
+        out.push(Cause::forbidden(
+            "spec",
+            &format!("pod updates may not change fields other than {UPDATABLE}"),
+        ));
+    }
+}
+
+/// `v` with object members whose value is null removed, at every depth
+/// (a null and an absent field are the same to Go's decoder).
+fn without_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, x)| !x.is_null())
+                .map(|(k, x)| (k.clone(), without_nulls(x)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
 /// Where a kind keeps its pod spec: a Pod's `spec`, a workload's
 /// template, a CronJob's job template's.
 pub(crate) fn pod_spec_of<'a>(kind: &str, obj: &'a Value) -> Option<(&'a Value, &'static str)> {
@@ -531,5 +630,72 @@ mod tests {
         for (spec, want) in cases {
             assert_eq!(errors(spec.clone()), want, "{spec}");
         }
+    }
+
+    #[test]
+    fn plain_updates_change_only_what_kube_lets_them() {
+        let old = json!({"spec": {
+            "containers": [{"name": "c", "image": "a:1", "securityContext": {"allowPrivilegeEscalation": false}}],
+            "activeDeadlineSeconds": 100,
+            "tolerations": [{"key": "k", "operator": "Exists"}],
+            "schedulingGates": [{"name": "g1"}, {"name": "g2"}],
+            "terminationGracePeriodSeconds": -1,
+            "volumes": [{"name": "d", "emptyDir": {}}]}});
+        let check = |edit: &dyn Fn(&mut Value)| {
+            let mut new = old.clone();
+            edit(&mut new);
+            let mut out = Vec::new();
+            validate_pod_spec_update(&new, &old, &mut out);
+            out.iter()
+                .map(|c| format!("{}: {}", c.field, c.message))
+                .collect::<Vec<_>>()
+        };
+        // Allowed: image, a lower deadline, an added toleration, a removed
+        // gate, grace from negative to 1, nulls for absent fields.
+        assert!(check(&|p| p["spec"]["containers"][0]["image"] = json!("a:2")).is_empty());
+        assert!(check(&|p| p["spec"]["activeDeadlineSeconds"] = json!(50)).is_empty());
+        assert!(
+            check(&|p| p["spec"]["tolerations"] =
+                json!([{"key": "k", "operator": "Exists"}, {"key": "x", "operator": "Exists"}]))
+            .is_empty()
+        );
+        assert!(check(&|p| p["spec"]["schedulingGates"] = json!([{"name": "g2"}])).is_empty());
+        assert!(check(&|p| p["spec"]["terminationGracePeriodSeconds"] = json!(1)).is_empty());
+        assert!(check(&|p| p["spec"]["nodeSelector"] = Value::Null).is_empty());
+        // Refused: what would change what the pod may do.
+        let frozen =
+            format!("spec: Forbidden: pod updates may not change fields other than {UPDATABLE}");
+        for edit in [
+            &(|p: &mut Value| {
+                p["spec"]["containers"][0]["securityContext"] = json!({"privileged": true})
+            }) as &dyn Fn(&mut Value),
+            &|p| p["spec"]["volumes"] = json!([{"name": "d", "hostPath": {"path": "/"}}]),
+            &|p| p["spec"]["hostNetwork"] = json!(true),
+            &|p| {
+                p["spec"]["containers"] =
+                    json!([{"name": "c", "image": "a:1"}, {"name": "d", "image": "b"}])
+            },
+            &|p| p["spec"]["tolerations"] = json!([]),
+            &|p| p["spec"]["schedulingGates"] = json!([{"name": "g3"}]),
+            &|p| p["spec"]["nodeName"] = json!("n1"),
+        ] {
+            assert_eq!(check(edit), [frozen.clone()]);
+        }
+        assert_eq!(
+            check(&|p| p["spec"]["activeDeadlineSeconds"] = json!(200)),
+            [
+                "spec.activeDeadlineSeconds: Invalid value: 200: must be less than or equal to previous value"
+            ]
+        );
+        assert_eq!(
+            check(&|p| p["spec"]
+                .as_object_mut()
+                .map(|m| m.remove("activeDeadlineSeconds"))
+                .map(|_| ())
+                .unwrap_or(())),
+            [
+                "spec.activeDeadlineSeconds: Invalid value: null: must not update from a positive integer to nil value"
+            ]
+        );
     }
 }

@@ -211,6 +211,28 @@ async fn namespace_labels_enforce_warn_and_audit_as_kube_does() {
         "{}",
         text(&out.stderr)
     );
+    // Nor can an admitted pod be made privileged afterwards: a pod's spec
+    // keeps every field but images and a few others (ValidatePodUpdate).
+    let out = kubectl(
+        &kc,
+        &[
+            "patch",
+            "pod",
+            "good",
+            "-n",
+            "team",
+            "-p",
+            r#"{"spec":{"containers":[{"name":"c","securityContext":{"privileged":true}}]}}"#,
+        ],
+        None,
+    )
+    .await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("The Pod \"good\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"),
+        "{}",
+        text(&out.stderr)
+    );
     // An update that changes nothing Pod Security reads is not evaluated:
     // labelling the non-restricted pod gets no warning.
     let out = kubectl(&kc, &["label", "pod", "plain", "-n", "team", "x=y"], None).await;
