@@ -15,7 +15,7 @@
 //! impersonated user, the client address, the object, the response status
 //! and the authorizer's `authorization.k8s.io/decision` and `reason`
 //! annotations, and the annotations admission plugins add while the
-//! request is served ([`annotate`]: Pod Security's
+//! request is served (`annotate`: Pod Security's
 //! `pod-security.kubernetes.io/*`); `Request` adds the request body,
 //! `RequestResponse` the response body (JSON only).
 

@@ -679,7 +679,7 @@ mod tests {
             &|p| p["spec"]["schedulingGates"] = json!([{"name": "g3"}]),
             &|p| p["spec"]["nodeName"] = json!("n1"),
         ] {
-            assert_eq!(check(edit), [frozen.clone()]);
+            assert_eq!(check(edit), std::slice::from_ref(&frozen));
         }
         assert_eq!(
             check(&|p| p["spec"]["activeDeadlineSeconds"] = json!(200)),

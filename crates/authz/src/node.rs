@@ -13,7 +13,7 @@
 //! first goes). The API server keeps it from watches of pods and claims;
 //! a lookup is two hash probes.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
@@ -53,20 +53,74 @@ pub enum Kind {
 /// One object: kind, namespace, name.
 pub type ObjectKey = (Kind, String, String);
 
-/// What one pod contributes to the graph.
-#[derive(Clone, Debug, Default)]
-struct PodEdges {
-    node: String,
-    uses: Vec<ObjectKey>,
+/// Strings (namespaces, names, nodes) kept once each, by number, counted
+/// so a name no pod uses any more is dropped.
+#[derive(Debug, Default)]
+struct Interner {
+    ids: HashMap<Box<str>, u32>,
+    strs: Vec<(Box<str>, u32)>,
+    free: Vec<u32>,
 }
 
-/// Which nodes' pods use which objects.
+impl Interner {
+    fn get(&self, s: &str) -> Option<u32> {
+        self.ids.get(s).copied()
+    }
+
+    fn hold(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.ids.get(s) {
+            self.strs[id as usize].1 += 1;
+            return id;
+        }
+        let boxed: Box<str> = s.into();
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.strs[id as usize] = (boxed.clone(), 1);
+                id
+            }
+            None => {
+                self.strs.push((boxed.clone(), 1));
+                (self.strs.len() - 1) as u32
+            }
+        };
+        self.ids.insert(boxed, id);
+        id
+    }
+
+    fn release(&mut self, id: u32) {
+        let slot = &mut self.strs[id as usize];
+        slot.1 -= 1;
+        if slot.1 == 0 {
+            let s = std::mem::take(&mut slot.0);
+            self.ids.remove(&s);
+            self.free.push(id);
+        }
+    }
+}
+
+/// Which nodes' pods use one object: (node, how many of its pods), by
+/// node; almost always one.
+#[derive(Debug, Default)]
+struct Users(Vec<(u32, u32)>);
+
+/// What one pod contributes to the graph: its node and what it uses, by
+/// kind, namespace and name.
+#[derive(Clone, Debug)]
+struct PodEdges {
+    node: u32,
+    uses: Vec<(Kind, u32, Box<str>)>,
+}
+
+/// Which nodes' pods use which objects. Nodes and namespaces are few and
+/// kept by number (so a decision's first probes stay in cache); object
+/// names are looked up per kind and namespace.
 #[derive(Debug, Default)]
 pub struct NodeGraph {
-    /// Object → node → how many of that node's pods use it.
-    users: HashMap<ObjectKey, HashMap<String, u32>>,
-    /// (namespace, pod name) → its node and what it uses.
-    pods: HashMap<(String, String), PodEdges>,
+    names: Interner,
+    /// (kind, namespace) → object name → its users.
+    users: HashMap<(Kind, u32), HashMap<Box<str>, Users>>,
+    /// namespace → pod name → its node and what it uses.
+    pods: HashMap<u32, HashMap<Box<str>, PodEdges>>,
     /// PersistentVolume → the claims (namespace, name) bound to it.
     volumes: HashMap<String, Vec<(String, String)>>,
     /// Claim (namespace, name) → its bound volume.
@@ -81,49 +135,78 @@ impl NodeGraph {
 
     /// Record `pod` as it is now (bound or not); replaces what it was.
     pub fn set_pod(&mut self, pod: &Pod) {
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        let name = pod.metadata.name.clone().unwrap_or_default();
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        self.remove_pod(ns, name);
         let node = pod
             .spec
             .as_ref()
-            .and_then(|s| s.node_name.clone())
+            .and_then(|s| s.node_name.as_deref())
             .filter(|n| !n.is_empty());
-        self.remove_pod(&ns, &name);
         let (Some(node), Some(spec)) = (node, pod.spec.as_ref()) else {
             return;
         };
-        let mut uses = pod_uses(&ns, &name, spec);
+        let mut uses = pod_uses(ns, name, spec);
         uses.sort_by(|a, b| (a.0 as u8, &a.1, &a.2).cmp(&(b.0 as u8, &b.1, &b.2)));
         uses.dedup();
-        for u in &uses {
-            *self
+        let node = self.names.hold(node);
+        let mut edges = Vec::with_capacity(uses.len());
+        for (kind, ns, name) in uses {
+            let ns = self.names.hold(&ns);
+            let users = self
                 .users
-                .entry(u.clone())
+                .entry((kind, ns))
                 .or_default()
-                .entry(node.clone())
-                .or_default() += 1;
+                .entry(name.as_str().into())
+                .or_default();
+            match users.0.binary_search_by_key(&node, |(n, _)| *n) {
+                Ok(i) => users.0[i].1 += 1,
+                Err(i) => users.0.insert(i, (node, 1)),
+            }
+            edges.push((kind, ns, name.into_boxed_str()));
         }
-        self.pods.insert((ns, name), PodEdges { node, uses });
+        let ns_id = self.names.hold(ns);
+        self.pods
+            .entry(ns_id)
+            .or_default()
+            .insert(name.into(), PodEdges { node, uses: edges });
     }
 
     /// Forget the pod `ns/name`.
     pub fn remove_pod(&mut self, ns: &str, name: &str) {
-        let Some(old) = self.pods.remove(&(ns.to_string(), name.to_string())) else {
+        let Some(ns_id) = self.names.get(ns) else {
             return;
         };
-        for u in old.uses {
-            if let Some(nodes) = self.users.get_mut(&u) {
-                if let Some(n) = nodes.get_mut(&old.node) {
-                    *n -= 1;
-                    if *n == 0 {
-                        nodes.remove(&old.node);
+        let Some(in_ns) = self.pods.get_mut(&ns_id) else {
+            return;
+        };
+        let Some(old) = in_ns.remove(name) else {
+            return;
+        };
+        if in_ns.is_empty() {
+            self.pods.remove(&ns_id);
+        }
+        for (kind, ns, name) in &old.uses {
+            if let Some(by_name) = self.users.get_mut(&(*kind, *ns)) {
+                if let Some(users) = by_name.get_mut(name) {
+                    if let Ok(i) = users.0.binary_search_by_key(&old.node, |(n, _)| *n) {
+                        users.0[i].1 -= 1;
+                        if users.0[i].1 == 0 {
+                            users.0.remove(i);
+                        }
+                    }
+                    if users.0.is_empty() {
+                        by_name.remove(name);
                     }
                 }
-                if nodes.is_empty() {
-                    self.users.remove(&u);
+                if by_name.is_empty() {
+                    self.users.remove(&(*kind, *ns));
                 }
             }
+            self.names.release(*ns);
         }
+        self.names.release(old.node);
+        self.names.release(ns_id);
     }
 
     /// Record which volume the claim `ns/name` is bound to (`None`:
@@ -149,9 +232,13 @@ impl NodeGraph {
 
     /// Whether a pod bound to `node` uses the object.
     pub fn related(&self, node: &str, kind: Kind, ns: &str, name: &str) -> bool {
+        let (Some(node), Some(ns)) = (self.names.get(node), self.names.get(ns)) else {
+            return false;
+        };
         self.users
-            .get(&(kind, ns.to_string(), name.to_string()))
-            .is_some_and(|nodes| nodes.contains_key(node))
+            .get(&(kind, ns))
+            .and_then(|by_name| by_name.get(name))
+            .is_some_and(|users| users.0.binary_search_by_key(&node, |(n, _)| *n).is_ok())
     }
 
     /// Whether a pod bound to `node` uses a claim bound to the volume.
@@ -165,7 +252,13 @@ impl NodeGraph {
 
     /// How many pods are recorded (bound ones).
     pub fn pod_count(&self) -> usize {
-        self.pods.len()
+        self.pods.values().map(HashMap::len).sum()
+    }
+
+    /// How many distinct node and namespace names the graph holds (a name
+    /// no pod uses any more is dropped).
+    pub fn interned(&self) -> usize {
+        self.names.ids.len()
     }
 }
 

@@ -202,6 +202,13 @@ fn edges_follow_pods_as_they_change() {
     g.set_pod(&twin);
     assert!(get(&g));
     assert_eq!(g.pod_count(), 2);
+    // Names no pod uses any more are forgotten.
+    let held = g.interned();
+    g.remove_pod("ns", "db");
+    g.remove_pod("ns", "twin");
+    assert_eq!(g.pod_count(), 0);
+    assert!(g.interned() < held);
+    assert_eq!(g.interned(), 0, "every name was released");
 }
 
 #[test]
