@@ -143,7 +143,7 @@ async fn follow(
 
 /// The Node authorizer's decision, `None` when the user is not a node.
 pub(crate) fn decide(server: &ApiServer, a: &Attributes) -> Option<Decision> {
-    node::node_identity(&a.user)?;
+    let node_name = node::node_identity(&a.user)?;
     let authz = &server.inner.access.nodes;
     let decision = {
         let g = authz.graph.read().unwrap_or_else(|p| p.into_inner());
@@ -164,7 +164,6 @@ pub(crate) fn decide(server: &ApiServer, a: &Attributes) -> Option<Decision> {
         ("", "pods") => Kind::Pod,
         _ => return Some(decision),
     };
-    let node_name = node::node_identity(&a.user).unwrap_or_default();
     let page = server
         .store()
         .range(&format!("{PODS}{}/", a.namespace), None, 0);

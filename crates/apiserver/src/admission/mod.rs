@@ -163,6 +163,13 @@ fn exempt(ctx: &Ctx<'_>, r: &Request<'_>) -> bool {
     list.iter().any(|e| e == ns)
 }
 
+/// An object's `metadata.labels` as a map (`None` when absent or not a
+/// map of strings).
+fn labels_of(v: &Value) -> Option<std::collections::BTreeMap<String, String>> {
+    v.pointer("/metadata/labels")
+        .and_then(|l| serde::Deserialize::deserialize(l).ok())
+}
+
 /// Labels of the request's namespace (or of the namespace being written),
 /// as kube's namespace matcher reads them: a namespace being created or
 /// updated from the object itself (its `kubernetes.io/metadata.name`

@@ -13,12 +13,12 @@
 //! Refusals are 403 `<resource> "<name>" is forbidden: <why>` in kube's
 //! words.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kubeforge_authz::node::{NODE_LEASE_NAMESPACE, node_identity};
 use serde_json::Value;
 
-use super::{Operation, Request};
+use super::{Operation, Request, labels_of};
 use crate::context::Ctx;
 use crate::error::{ApiError, ApiResult, GroupResource};
 
@@ -163,17 +163,6 @@ pub(super) fn validate(ctx: &Ctx<'_>, r: &Request<'_>, obj: Option<&Value>) -> A
     }
 }
 
-fn labels(v: Option<&Value>) -> Vec<(String, String)> {
-    v.and_then(|v| v.pointer("/metadata/labels"))
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn label_namespace(key: &str) -> &str {
     key.split_once('/').map_or("", |(ns, _)| ns)
 }
@@ -190,18 +179,12 @@ fn is_kubelet_label(key: &str) -> bool {
 }
 
 /// kube's `getForbiddenLabels` over the keys added, removed or changed.
-fn forbidden_labels(new: &[(String, String)], old: &[(String, String)]) -> Vec<String> {
-    let mut changed = BTreeSet::new();
-    for (k, v) in new {
-        if !old.iter().any(|(ok, ov)| ok == k && ov == v) {
-            changed.insert(k.clone());
-        }
-    }
-    for (k, v) in old {
-        if !new.iter().any(|(nk, nv)| nk == k && nv == v) {
-            changed.insert(k.clone());
-        }
-    }
+fn forbidden_labels(new: &BTreeMap<String, String>, old: &BTreeMap<String, String>) -> Vec<String> {
+    let changed: BTreeSet<&String> = new
+        .keys()
+        .chain(old.keys())
+        .filter(|k| new.get(*k) != old.get(*k))
+        .collect();
     changed
         .into_iter()
         .filter(|k| {
@@ -210,6 +193,7 @@ fn forbidden_labels(new: &[(String, String)], old: &[(String, String)]) -> Vec<S
             let kubernetes = in_domain(ns, "kubernetes.io") || in_domain(ns, "k8s.io");
             restricted || (kubernetes && !is_kubelet_label(k))
         })
+        .cloned()
         .collect()
 }
 
@@ -235,7 +219,7 @@ fn admit_node(ctx: &Ctx<'_>, r: &Request<'_>, obj: &Value, node: &str) -> ApiRes
                     ),
                 ));
             }
-            let bad = forbidden_labels(&labels(Some(obj)), &[]);
+            let bad = forbidden_labels(&labels_of(obj).unwrap_or_default(), &BTreeMap::new());
             if !bad.is_empty() {
                 return Err(forbidden(
                     ctx,
@@ -263,7 +247,10 @@ fn admit_node(ctx: &Ctx<'_>, r: &Request<'_>, obj: &Value, node: &str) -> ApiRes
                     format!("node {node:?} is not allowed to modify taints"),
                 ));
             }
-            let bad = forbidden_labels(&labels(Some(obj)), &labels(r.old));
+            let bad = forbidden_labels(
+                &labels_of(obj).unwrap_or_default(),
+                &r.old.and_then(labels_of).unwrap_or_default(),
+            );
             if !bad.is_empty() {
                 return Err(forbidden(
                     ctx,
@@ -356,7 +343,7 @@ pub(crate) fn admit_token_request(ctx: &Ctx<'_>, name: &str, request: &Value) ->
 mod tests {
     use super::*;
 
-    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+    fn pairs(p: &[(&str, &str)]) -> BTreeMap<String, String> {
         p.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
@@ -387,7 +374,10 @@ mod tests {
         );
         // Removing one is changing it.
         assert_eq!(
-            forbidden_labels(&[], &pairs(&[("node-restriction.kubernetes.io/x", "")])),
+            forbidden_labels(
+                &BTreeMap::new(),
+                &pairs(&[("node-restriction.kubernetes.io/x", "")])
+            ),
             ["node-restriction.kubernetes.io/x"]
         );
     }

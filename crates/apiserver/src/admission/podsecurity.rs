@@ -32,7 +32,7 @@ use kubeforge_podsecurity::{Level, LevelVersion, Policy, Verdict};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Operation, Request};
+use super::{Operation, Request, labels_of};
 use crate::context::Ctx;
 use crate::error::{ApiError, ApiResult, GroupResource};
 use crate::server::ApiServer;
@@ -120,11 +120,6 @@ fn note(key: &str, value: impl Into<String>) {
         format!("{}{key}", kubeforge_podsecurity::api::LABEL_PREFIX),
         value,
     );
-}
-
-fn labels_of(v: &Value) -> Option<BTreeMap<String, String>> {
-    v.pointer("/metadata/labels")
-        .and_then(|l| BTreeMap::<String, String>::deserialize(l).ok())
 }
 
 /// The stored namespace's labels; `None` when it cannot be read. Only
